@@ -1,0 +1,37 @@
+// Package app builds keyward's cobra command tree.
+package app
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// NewCommand returns the root `keyward` command with every subcommand.
+func NewCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "keyward",
+		Short:         "An external Kubernetes certificate signer whose CA keys stay in an HSM or KMS",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	root.AddCommand(newVersionCommand(), newDemoCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print keyward's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := "(devel)"
+			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+				v = bi.Main.Version
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "keyward", v)
+			return err
+		},
+	}
+}

@@ -1,0 +1,344 @@
+// Package controlplane starts a real kube-apiserver and etcd on loopback for
+// keyward's tests and demo: Node,RBAC authorization, the NodeRestriction
+// admission plugin, certificates.k8s.io v1 and v1beta1, and x509 client
+// certificates for any identity a test needs (admin, the signer's service
+// account, nodes).
+//
+// A ControlPlane must be stopped with Stop; RunMain does that for a test
+// binary, also when it is interrupted.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Options configure Start. The zero value is usable.
+type Options struct {
+	// ParentDir is where the work directory is created; empty means the
+	// system temp dir.
+	ParentDir string
+	// KeepLogsIn, when set, is a directory that receives etcd.log and
+	// kube-apiserver.log when the control plane stops.
+	KeepLogsIn string
+	// ExtraAPIServerFlags are appended to kube-apiserver's command line.
+	ExtraAPIServerFlags []string
+	// StartTimeout bounds the wait for both processes to be ready
+	// (default 90s).
+	StartTimeout time.Duration
+}
+
+// ControlPlane is a running etcd + kube-apiserver pair.
+type ControlPlane struct {
+	// URL is the apiserver's https endpoint on 127.0.0.1.
+	URL string
+	// Dir is the work directory; it is removed by Stop.
+	Dir string
+	// StartDuration is how long Start took until /readyz answered ok.
+	StartDuration time.Duration
+
+	opts      Options
+	pki       *pki
+	etcd      *process
+	apiserver *process
+	admin     *rest.Config
+	stopOnce  sync.Once
+}
+
+// Start runs etcd and kube-apiserver and waits until the apiserver is ready.
+// It retries a few times when a start loses a race for its loopback ports.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 90 * time.Second
+	}
+	apiserverBin, err := findKubeAPIServer()
+	if err != nil {
+		return nil, err
+	}
+	etcdBin, err := findEtcd()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 1; attempt <= 3; attempt++ {
+		cp, err := start(ctx, opts, apiserverBin, etcdBin)
+		if err == nil {
+			return cp, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil || !errors.Is(err, errExitedEarly) {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+var errExitedEarly = errors.New("exited early")
+
+func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp *ControlPlane, err error) {
+	began := time.Now()
+	dir, err := makeWorkDir(opts.ParentDir)
+	if err != nil {
+		return nil, err
+	}
+	cp = &ControlPlane{Dir: dir, opts: opts}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	cp.pki, err = newPKI()
+	if err != nil {
+		return cp, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return cp, err
+	}
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+
+	// etcd
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
+	cp.etcd, err = startProcess("etcd", etcdBin, []string{
+		"--name=keyward-test",
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=keyward-test=" + peerURL,
+		"--log-level=warn",
+	}, filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return cp, err
+	}
+	if err := waitHTTP(ctx, cp.etcd, http.DefaultClient, etcdURL+"/health"); err != nil {
+		return cp, err
+	}
+
+	// kube-apiserver
+	certDir := filepath.Join(dir, "pki")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return cp, err
+	}
+	serving, err := cp.pki.issue("kube-apiserver", nil, []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		return cp, err
+	}
+	files := map[string][]byte{"ca.crt": cp.pki.caPEM, "serving.crt": serving.CertPEM, "serving.key": serving.KeyPEM}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			return cp, err
+		}
+	}
+	saKey, saPub, err := writeServiceAccountKeys(certDir)
+	if err != nil {
+		return cp, err
+	}
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none",
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--cert-dir=" + certDir,
+		"--tls-cert-file=" + filepath.Join(certDir, "serving.crt"),
+		"--tls-private-key-file=" + filepath.Join(certDir, "serving.key"),
+		"--client-ca-file=" + filepath.Join(certDir, "ca.crt"),
+		"--service-account-issuer=" + cp.URL,
+		"--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--runtime-config=certificates.k8s.io/v1beta1=true",
+		"--allow-privileged=true",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		"--v=1",
+	}
+	args = append(args, opts.ExtraAPIServerFlags...)
+	cp.apiserver, err = startProcess("kube-apiserver", apiserverBin, args, filepath.Join(dir, "kube-apiserver.log"))
+	if err != nil {
+		return cp, err
+	}
+	admin, err := cp.pki.issue("keyward-test-admin", []string{"system:masters"}, nil)
+	if err != nil {
+		return cp, err
+	}
+	cp.admin = cp.restConfig(admin)
+	readyClient, err := rest.HTTPClientFor(cp.admin)
+	if err != nil {
+		return cp, fmt.Errorf("building readiness client: %w", err)
+	}
+	if err := waitHTTP(ctx, cp.apiserver, readyClient, cp.URL+"/readyz"); err != nil {
+		return cp, err
+	}
+	cp.StartDuration = time.Since(began)
+	return cp, nil
+}
+
+// waitHTTP polls url until it answers 200, the process exits, or ctx ends.
+func waitHTTP(ctx context.Context, p *process, client *http.Client, url string) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last string
+	for {
+		if p.exited() {
+			return fmt.Errorf("%w: %w", errExitedEarly, p.exitError())
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s at %s (last answer: %s): %w; last lines of %s:\n%s",
+				p.name, url, last, ctx.Err(), p.logPath, tail(p.logPath, 20))
+		case <-tick.C:
+		}
+	}
+}
+
+func (cp *ControlPlane) restConfig(kp keyPair) *rest.Config {
+	return &rest.Config{
+		Host: cp.URL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   cp.pki.caPEM,
+			CertData: kp.CertPEM,
+			KeyData:  kp.KeyPEM,
+		},
+		QPS:   1000,
+		Burst: 2000,
+	}
+}
+
+// AdminConfig is a client config for a system:masters user.
+func (cp *ControlPlane) AdminConfig() *rest.Config { return rest.CopyConfig(cp.admin) }
+
+// AdminClient is a clientset for a system:masters user.
+func (cp *ControlPlane) AdminClient() kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(cp.AdminConfig())
+}
+
+// UserConfig issues a client certificate for user in groups and returns a
+// client config that authenticates with it.
+func (cp *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, error) {
+	kp, err := cp.pki.issue(user, groups, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cp.restConfig(kp), nil
+}
+
+// NodeConfig is a client config for the node identity system:node:<name>,
+// the identity NodeRestriction and the Node authorizer judge.
+func (cp *ControlPlane) NodeConfig(nodeName string) (*rest.Config, error) {
+	return cp.UserConfig("system:node:"+nodeName, "system:nodes", "system:authenticated")
+}
+
+// ServiceAccountConfig is a client config that authenticates as the service
+// account namespace/name, so RBAC bindings to that service account (such as
+// the ones shipped in deploy/) apply to it unchanged.
+func (cp *ControlPlane) ServiceAccountConfig(namespace, name string) (*rest.Config, error) {
+	return cp.UserConfig("system:serviceaccount:"+namespace+":"+name,
+		"system:serviceaccounts", "system:serviceaccounts:"+namespace, "system:authenticated")
+}
+
+// Stop terminates kube-apiserver and etcd and removes the work directory. It
+// is safe to call more than once and from a signal handler.
+func (cp *ControlPlane) Stop() {
+	cp.stopOnce.Do(func() {
+		cp.apiserver.stop(10 * time.Second)
+		cp.etcd.stop(10 * time.Second)
+		if cp.opts.KeepLogsIn != "" {
+			_ = os.MkdirAll(cp.opts.KeepLogsIn, 0o755)
+			for _, name := range []string{"etcd.log", "kube-apiserver.log"} {
+				if b, err := os.ReadFile(filepath.Join(cp.Dir, name)); err == nil {
+					_ = os.WriteFile(filepath.Join(cp.opts.KeepLogsIn, name), b, 0o644)
+				}
+			}
+		}
+		os.RemoveAll(cp.Dir)
+	})
+}
+
+// Runner is what RunMain needs of a *testing.M.
+type Runner interface{ Run() int }
+
+// RunMain starts a control plane, hands it to setup, runs m and stops the
+// control plane, also when SIGINT or SIGTERM arrives mid-run. It returns the
+// exit code for os.Exit; a setup error skips m and returns 1. Call it from
+// TestMain.
+func RunMain(m Runner, opts Options, setup func(*ControlPlane) error) int {
+	if opts.KeepLogsIn == "" {
+		opts.KeepLogsIn = os.Getenv("KEYWARD_CONTROLPLANE_LOGS")
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var mu sync.Mutex
+	var running *ControlPlane
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel() // a Start under way gives up and cleans up after itself
+			mu.Lock()
+			cp := running
+			mu.Unlock()
+			if cp != nil {
+				fmt.Fprintf(os.Stderr, "%v: stopping control plane\n", s)
+				cp.Stop()
+				os.Exit(130)
+			}
+		case <-finished:
+		}
+	}()
+
+	cp, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting control plane: %v\n", err)
+		return 1
+	}
+	mu.Lock()
+	running = cp
+	mu.Unlock()
+	defer cp.Stop()
+	if ctx.Err() != nil { // interrupted just as Start returned
+		return 130
+	}
+	fmt.Fprintf(os.Stderr, "control plane %s ready in %s\n", cp.URL, cp.StartDuration.Round(time.Millisecond))
+	if err := setup(cp); err != nil {
+		fmt.Fprintf(os.Stderr, "setting up control plane: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}

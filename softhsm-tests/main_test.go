@@ -1,0 +1,97 @@
+// Package softhsmtests runs keyward end to end against a real kube-apiserver
+// and etcd (Node,RBAC authorization, NodeRestriction admission) and a
+// SoftHSM2 token made for this run. One control plane serves the whole
+// package; tests isolate themselves by namespace and node names.
+package softhsmtests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/deploy"
+	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/internal/softhsm"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The identity the shipped RBAC (deploy/base/rbac.yaml) binds.
+const (
+	signerNamespace      = "keyward"
+	signerServiceAccount = "keyward-signer"
+)
+
+var (
+	cp     *controlplane.ControlPlane
+	hsmEnv *softhsm.Env
+	token  *softhsm.Token
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "keyward-softhsm-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	hsmEnv, err = softhsm.NewEnv(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	token, err = hsmEnv.NewToken("keyward-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return controlplane.RunMain(m, controlplane.Options{}, func(c *controlplane.ControlPlane) error {
+		cp = c
+		if err := installRBAC(c); err != nil {
+			return fmt.Errorf("installing deploy/base RBAC: %w", err)
+		}
+		return nil
+	})
+}
+
+func installRBAC(c *controlplane.ControlPlane) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	manifest, err := deploy.Base.ReadFile("base/rbac.yaml")
+	if err != nil {
+		return err
+	}
+	return controlplane.ApplyManifest(ctx, c.AdminConfig(), manifest)
+}
+
+// clientFor builds a clientset for cfg or fails the test.
+func clientFor(t *testing.T, cfg *rest.Config, err error) kubernetes.Interface {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("client config: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("clientset: %v", err)
+	}
+	return cs
+}
+
+// signerClient authenticates as the signer's service account, so only the
+// RBAC we ship grants it anything.
+func signerClient(t *testing.T) kubernetes.Interface {
+	cfg, err := cp.ServiceAccountConfig(signerNamespace, signerServiceAccount)
+	return clientFor(t, cfg, err)
+}
+
+// nodeClient authenticates as system:node:<node>.
+func nodeClient(t *testing.T, node string) kubernetes.Interface {
+	cfg, err := cp.NodeConfig(node)
+	return clientFor(t, cfg, err)
+}
