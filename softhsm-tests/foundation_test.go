@@ -137,6 +137,7 @@ func TestNodeRestrictionRefusesForeignRequests(t *testing.T) {
 			if !apierrors.IsForbidden(err) {
 				t.Fatalf("got %v, want Forbidden", err)
 			}
+			t.Logf("refused: %v", err)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,28 +36,19 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "keyward-softhsm-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	hsmEnv, err = softhsm.NewEnv(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	token, err = hsmEnv.NewToken("keyward-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	return controlplane.RunMain(m, controlplane.Options{}, func(c *controlplane.ControlPlane) error {
 		cp = c
 		if err := installRBAC(c); err != nil {
 			return fmt.Errorf("installing deploy/base RBAC: %w", err)
 		}
-		return nil
+		// The token lives in the control plane's work dir, so it goes when
+		// the control plane does, also on interrupt.
+		var err error
+		if hsmEnv, err = softhsm.NewEnv(filepath.Join(c.Dir, "softhsm")); err != nil {
+			return err
+		}
+		token, err = hsmEnv.NewToken("keyward-test")
+		return err
 	})
 }
 

@@ -98,7 +98,7 @@ control plane ready in %s at %s
 SoftHSM2 token ready
   SOFTHSM2_CONF=%s
   module %s, token label %q, PIN in %s
-  key URI prefix: pkcs11:token=%s;module-path=%s?pin-source=file:%s
+  key URI prefix: pkcs11:token=%s?module-path=%s&pin-source=file:%s
 
 `, cp.StartDuration.Round(time.Millisecond), cp.URL, admin, signer,
 		hsm.ConfPath, token.ModulePath, token.Label, token.PINFile,

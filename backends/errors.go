@@ -1,0 +1,81 @@
+package backends
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels for errors.Is. Every error a backend returns matches exactly one
+// of ErrTransient and ErrPermanent; ErrNotFound, ErrUnsupportedAlgorithm and
+// ErrInvalidURI are permanent.
+var (
+	// ErrNotFound: the key (or its token, key ring, …) does not exist.
+	ErrNotFound = errors.New("key not found")
+	// ErrUnsupportedAlgorithm: the backend or key cannot do what was asked.
+	ErrUnsupportedAlgorithm = errors.New("unsupported algorithm")
+	// ErrInvalidURI: the key URI is malformed or names something not allowed.
+	ErrInvalidURI = errors.New("invalid key URI")
+	// ErrTransient: retrying later may succeed (device error, throttling,
+	// unavailable service, deadline).
+	ErrTransient = errors.New("transient backend error")
+	// ErrPermanent: retrying will not help (permission denied, key disabled,
+	// corrupted response that keeps coming back).
+	ErrPermanent = errors.New("permanent backend error")
+)
+
+// Error is the error type backends return. Kind is one of the sentinels
+// above; Part names the URI part at fault, when one is.
+type Error struct {
+	Kind error
+	Op   string // "open", "sign", "create-key"
+	URI  string // never carries a PIN or credential
+	Part string // e.g. "token", "object", "module-path", "key-id"
+	Err  error
+}
+
+func (e *Error) Error() string {
+	msg := e.Op
+	if e.URI != "" {
+		msg += " " + e.URI
+	}
+	if e.Part != "" {
+		msg += ": " + e.Part
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	if e.Err == nil || !errors.Is(e.Err, e.Kind) {
+		msg += " (" + e.Kind.Error() + ")"
+	}
+	return msg
+}
+
+// Is matches the error's Kind, and ErrPermanent for every non-transient kind.
+func (e *Error) Is(target error) bool {
+	if target == e.Kind {
+		return true
+	}
+	return target == ErrPermanent && e.Kind != ErrTransient
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds an *Error of kind for op on uri, blaming part.
+func Errorf(kind error, op, uri, part, format string, args ...any) error {
+	return &Error{Kind: kind, Op: op, URI: uri, Part: part, Err: fmt.Errorf(format, args...)}
+}
+
+// Wrap wraps err as an *Error of kind, unless it already is one.
+func Wrap(kind error, op, uri, part string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var be *Error
+	if errors.As(err, &be) {
+		return err
+	}
+	return &Error{Kind: kind, Op: op, URI: uri, Part: part, Err: err}
+}
+
+// IsTransient reports whether err is worth retrying.
+func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
