@@ -16,7 +16,7 @@ func NewCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newVersionCommand(), newDemoCommand())
+	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand())
 	return root
 }
 
