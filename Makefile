@@ -13,7 +13,7 @@ export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 .PHONY: help build test test-unit test-e2e lint demo deps controlplane clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 build: ## build bin/keyward
 	$(GO) build -o bin/keyward ./cmd/keyward
@@ -50,3 +50,12 @@ $(KUBE_APISERVER):
 
 clean: ## remove bin/ (the control-plane cache stays)
 	rm -rf bin
+
+BENCH_COUNT ?= 5
+BENCH_OUT   ?= docs/bench
+
+.PHONY: bench
+bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.txt; see docs/benchmarks.md
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench . -benchtime 2000x -count $(BENCH_COUNT) ./backends/file/ ./backends/pkcs11/ | tee $(BENCH_OUT)/backends-local.txt
+	$(GO) test -run '^$$' -bench . -benchtime 200x -count $(BENCH_COUNT) ./backends/gcpkms/ ./backends/awskms/ | tee $(BENCH_OUT)/backends-kms.txt
