@@ -1,0 +1,373 @@
+// Package config is keyward's signer configuration file: a versioned,
+// strictly decoded YAML document (apiVersion keyward.dev/v1alpha1, kind
+// SignerConfiguration). Unknown fields are errors that name the field;
+// validation errors name the field path.
+package config
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	APIVersion = "keyward.dev/v1alpha1"
+	Kind       = "SignerConfiguration"
+)
+
+// Profiles a signer name can use.
+const (
+	ProfilePodIdentity = "podIdentity"
+	ProfileSPIFFE      = "spiffe"
+	ProfileServer      = "server"
+)
+
+// Key types kube-apiserver accepts in a PodCertificateRequest.
+var apiserverKeyTypes = []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"}
+
+// AllKeyTypes lists every subject key type a PodCertificateRequest may carry.
+func AllKeyTypes() []string { return slices.Clone(apiserverKeyTypes) }
+
+// SignerConfiguration is the whole file.
+type SignerConfiguration struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	KubeClient     KubeClient     `json:"kubeClient,omitempty"`
+	Workers        int            `json:"workers,omitempty"`
+	MetricsAddress string         `json:"metricsAddress,omitempty"`
+	HealthAddress  string         `json:"healthAddress,omitempty"`
+	LeaderElection LeaderElection `json:"leaderElection,omitempty"`
+	// FailAfter turns a backend outage that has lasted this long for one
+	// request into Failed/SignerUnavailable. Zero (the default) never does:
+	// kubelet treats Failed as permanent.
+	FailAfter metav1.Duration `json:"failAfter,omitempty"`
+	Signers   []Signer        `json:"signers"`
+}
+
+// KubeClient says how to reach the apiserver.
+type KubeClient struct {
+	// Kubeconfig is a kubeconfig path; empty means in-cluster.
+	Kubeconfig string  `json:"kubeconfig,omitempty"`
+	QPS        float32 `json:"qps,omitempty"`
+	Burst      int     `json:"burst,omitempty"`
+}
+
+// LeaderElection configures the Lease that makes one replica active.
+type LeaderElection struct {
+	Enabled       *bool           `json:"enabled,omitempty"`
+	Namespace     string          `json:"namespace,omitempty"`
+	LeaseName     string          `json:"leaseName,omitempty"`
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
+	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+}
+
+// Signer is the policy for one signer name.
+type Signer struct {
+	Name    string `json:"name"`
+	CA      CA     `json:"ca"`
+	Profile string `json:"profile"`
+	// SPIFFE applies to the spiffe profile.
+	SPIFFE *SPIFFE `json:"spiffe,omitempty"`
+	// Server applies to the server profile.
+	Server *Server `json:"server,omitempty"`
+	// AllowedKeyTypes are the subject key types issued; others are Denied
+	// with UnsupportedKeyType. Default: every type the apiserver accepts.
+	AllowedKeyTypes []string `json:"allowedKeyTypes,omitempty"`
+	// MaxLifetime caps a certificate's lifetime (default 24h; at least 1h,
+	// the apiserver's minimum).
+	MaxLifetime metav1.Duration `json:"maxLifetime,omitempty"`
+	// RefreshPoint is when kubelet should refresh, as a fraction of the
+	// lifetime (default 0.5), clamped to [notBefore+10m, notAfter−10m].
+	RefreshPoint *float64 `json:"refreshPoint,omitempty"`
+	// Backdate moves notBefore into the past for clock skew (default 2m,
+	// below the apiserver's 5m limit).
+	Backdate *metav1.Duration `json:"backdate,omitempty"`
+	// UnverifiedUserAnnotations are the annotation keys this signer reads;
+	// a request carrying any other key is Denied.
+	UnverifiedUserAnnotations []string   `json:"unverifiedUserAnnotations,omitempty"`
+	RateLimits                RateLimits `json:"rateLimits,omitempty"`
+}
+
+// CA names the CA certificate and its key.
+type CA struct {
+	CertificateFile string `json:"certificateFile,omitempty"`
+	CertificatePEM  string `json:"certificatePEM,omitempty"`
+	// ChainFile holds the issuers above the CA certificate, nearest first.
+	ChainFile string `json:"chainFile,omitempty"`
+	KeyURI    string `json:"keyURI"`
+}
+
+// SPIFFE configures the spiffe profile.
+type SPIFFE struct {
+	TrustDomain string `json:"trustDomain"`
+}
+
+// Server configures the server profile.
+type Server struct {
+	// DNSNamesAnnotation is the unverifiedUserAnnotations key that carries a
+	// comma-separated list of DNS names (default keyward.dev/dns-names).
+	DNSNamesAnnotation string `json:"dnsNamesAnnotation,omitempty"`
+	// AllowedDNSNames are patterns a requested name must match exactly,
+	// after substituting {namespace}, {serviceAccount} and {podName}; a
+	// leading "*." matches one DNS label.
+	AllowedDNSNames []string `json:"allowedDNSNames"`
+}
+
+// RateLimits bound issuance per node and per namespace.
+type RateLimits struct {
+	PerNode      *Rate `json:"perNode,omitempty"`
+	PerNamespace *Rate `json:"perNamespace,omitempty"`
+	// OnLimit is "delay" (default: requeue until a token is free) or "deny"
+	// (Denied with reason RateLimited).
+	OnLimit string `json:"onLimit,omitempty"`
+}
+
+// Rate is a token bucket.
+type Rate struct {
+	QPS   float64 `json:"qps"`
+	Burst int     `json:"burst"`
+}
+
+// Defaults applied by Load.
+const (
+	DefaultWorkers      = 4
+	DefaultRefreshPoint = 0.5
+	DefaultBackdate     = 2 * time.Minute
+	DefaultMaxLifetime  = 24 * time.Hour
+	DefaultDNSNamesKey  = "keyward.dev/dns-names"
+	MinLifetime         = time.Hour
+	MaxBackdate         = 5 * time.Minute
+)
+
+// Load reads, strictly decodes, defaults and validates a configuration file.
+func Load(path string) (*SignerConfiguration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading signer configuration: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes (unknown fields are errors), defaults and validates data.
+func Parse(data []byte) (*SignerConfiguration, error) {
+	var cfg SignerConfiguration
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	cfg.Default()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return &cfg, nil
+}
+
+// Default fills in every unset field.
+func (c *SignerConfiguration) Default() {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.KubeClient.QPS == 0 {
+		c.KubeClient.QPS = 50
+	}
+	if c.KubeClient.Burst == 0 {
+		c.KubeClient.Burst = 100
+	}
+	if c.MetricsAddress == "" {
+		c.MetricsAddress = ":9090"
+	}
+	if c.HealthAddress == "" {
+		c.HealthAddress = ":9091"
+	}
+	le := &c.LeaderElection
+	if le.Enabled == nil {
+		t := true
+		le.Enabled = &t
+	}
+	if le.Namespace == "" {
+		le.Namespace = "keyward"
+	}
+	if le.LeaseName == "" {
+		le.LeaseName = "keyward-signer"
+	}
+	if le.LeaseDuration.Duration == 0 {
+		le.LeaseDuration.Duration = 15 * time.Second
+	}
+	if le.RenewDeadline.Duration == 0 {
+		le.RenewDeadline.Duration = 10 * time.Second
+	}
+	if le.RetryPeriod.Duration == 0 {
+		le.RetryPeriod.Duration = 2 * time.Second
+	}
+	for i := range c.Signers {
+		s := &c.Signers[i]
+		if len(s.AllowedKeyTypes) == 0 {
+			s.AllowedKeyTypes = AllKeyTypes()
+		}
+		if s.MaxLifetime.Duration == 0 {
+			s.MaxLifetime.Duration = DefaultMaxLifetime
+		}
+		if s.RefreshPoint == nil {
+			r := DefaultRefreshPoint
+			s.RefreshPoint = &r
+		}
+		if s.Backdate == nil {
+			s.Backdate = &metav1.Duration{Duration: DefaultBackdate}
+		}
+		if s.Server != nil && s.Server.DNSNamesAnnotation == "" {
+			s.Server.DNSNamesAnnotation = DefaultDNSNamesKey
+		}
+		if s.RateLimits.OnLimit == "" {
+			s.RateLimits.OnLimit = "delay"
+		}
+	}
+}
+
+var signerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-zA-Z0-9][-a-zA-Z0-9_.]*(/[-a-zA-Z0-9_.]+)*$`)
+
+var (
+	trustDomainRE   = regexp.MustCompile(`^[a-z0-9._-]+$`)
+	annotationKeyRE = regexp.MustCompile(`^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]*$`)
+	placeholderRE   = regexp.MustCompile(`\{[^}]*\}`)
+)
+
+func reservedDomain(d string) bool {
+	return d == "kubernetes.io" || strings.HasSuffix(d, ".kubernetes.io") || d == "k8s.io" || strings.HasSuffix(d, ".k8s.io")
+}
+
+// Validate checks the whole configuration and reports every problem with
+// its field path.
+func (c *SignerConfiguration) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if c.APIVersion != APIVersion {
+		errs = append(errs, field.Invalid(field.NewPath("apiVersion"), c.APIVersion, "must be "+APIVersion))
+	}
+	if c.Kind != Kind {
+		errs = append(errs, field.Invalid(field.NewPath("kind"), c.Kind, "must be "+Kind))
+	}
+	if c.Workers < 1 {
+		errs = append(errs, field.Invalid(field.NewPath("workers"), c.Workers, "must be at least 1"))
+	}
+	if c.KubeClient.QPS < 0 || c.KubeClient.Burst < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("kubeClient"), c.KubeClient, "qps and burst must not be negative"))
+	}
+	if c.FailAfter.Duration < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("failAfter"), c.FailAfter.Duration.String(), "must not be negative"))
+	}
+	le := c.LeaderElection
+	lp := field.NewPath("leaderElection")
+	if !(le.LeaseDuration.Duration > le.RenewDeadline.Duration && le.RenewDeadline.Duration > le.RetryPeriod.Duration && le.RetryPeriod.Duration > 0) {
+		errs = append(errs, field.Invalid(lp, fmt.Sprintf("%s/%s/%s", le.LeaseDuration.Duration, le.RenewDeadline.Duration, le.RetryPeriod.Duration),
+			"need leaseDuration > renewDeadline > retryPeriod > 0"))
+	}
+	sp := field.NewPath("signers")
+	if len(c.Signers) == 0 {
+		errs = append(errs, field.Required(sp, "at least one signer name"))
+	}
+	seen := map[string]bool{}
+	for i := range c.Signers {
+		p := sp.Index(i)
+		s := &c.Signers[i]
+		if seen[s.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), s.Name))
+		}
+		seen[s.Name] = true
+		errs = append(errs, s.validate(p)...)
+	}
+	return errs
+}
+
+func (s *Signer) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	domain, _, _ := strings.Cut(s.Name, "/")
+	switch {
+	case !signerNameRE.MatchString(s.Name):
+		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "must be <domain>/<path>, e.g. keyward.dev/pod-identity"))
+	case reservedDomain(domain):
+		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "signer names in the kubernetes.io and k8s.io domains are reserved"))
+	}
+	cp := p.Child("ca")
+	if (s.CA.CertificateFile == "") == (s.CA.CertificatePEM == "") {
+		errs = append(errs, field.Invalid(cp, "", "give exactly one of certificateFile and certificatePEM"))
+	}
+	if s.CA.KeyURI == "" {
+		errs = append(errs, field.Required(cp.Child("keyURI"), "e.g. pkcs11:token=…;object=…?module-path=…&pin-source=file:…"))
+	}
+	switch s.Profile {
+	case ProfilePodIdentity:
+	case ProfileSPIFFE:
+		if s.SPIFFE == nil || !trustDomainRE.MatchString(s.SPIFFE.TrustDomain) {
+			errs = append(errs, field.Required(p.Child("spiffe", "trustDomain"), "a trust domain of lowercase letters, digits, '.', '-', '_'"))
+		}
+	case ProfileServer:
+		if s.Server == nil || len(s.Server.AllowedDNSNames) == 0 {
+			errs = append(errs, field.Required(p.Child("server", "allowedDNSNames"), "at least one pattern, e.g. {serviceAccount}.{namespace}.svc"))
+		} else {
+			if !slices.Contains(s.UnverifiedUserAnnotations, s.Server.DNSNamesAnnotation) {
+				errs = append(errs, field.Invalid(p.Child("unverifiedUserAnnotations"), s.UnverifiedUserAnnotations,
+					fmt.Sprintf("must list %q, the server profile's DNS names annotation", s.Server.DNSNamesAnnotation)))
+			}
+			for j, pat := range s.Server.AllowedDNSNames {
+				if err := checkPattern(pat); err != nil {
+					errs = append(errs, field.Invalid(p.Child("server", "allowedDNSNames").Index(j), pat, err.Error()))
+				}
+			}
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("profile"), s.Profile, []string{ProfilePodIdentity, ProfileSPIFFE, ProfileServer}))
+	}
+	for j, kt := range s.AllowedKeyTypes {
+		if !slices.Contains(apiserverKeyTypes, kt) {
+			errs = append(errs, field.NotSupported(p.Child("allowedKeyTypes").Index(j), kt, apiserverKeyTypes))
+		}
+	}
+	if s.MaxLifetime.Duration < MinLifetime {
+		errs = append(errs, field.Invalid(p.Child("maxLifetime"), s.MaxLifetime.Duration.String(), "must be at least 1h (the apiserver refuses shorter certificates)"))
+	}
+	if r := *s.RefreshPoint; !(r > 0 && r < 1) {
+		errs = append(errs, field.Invalid(p.Child("refreshPoint"), r, "must be a fraction of the lifetime, in (0, 1)"))
+	}
+	if b := s.Backdate.Duration; b < 0 || b >= MaxBackdate {
+		errs = append(errs, field.Invalid(p.Child("backdate"), b.String(), "must be in [0, 5m): the apiserver refuses a notBefore more than 5 minutes from its clock"))
+	}
+	for j, k := range s.UnverifiedUserAnnotations {
+		if !annotationKeyRE.MatchString(k) {
+			errs = append(errs, field.Invalid(p.Child("unverifiedUserAnnotations").Index(j), k, "not an annotation key"))
+		}
+	}
+	rp := p.Child("rateLimits")
+	for name, r := range map[string]*Rate{"perNode": s.RateLimits.PerNode, "perNamespace": s.RateLimits.PerNamespace} {
+		if r != nil && (r.QPS <= 0 || r.Burst < 1) {
+			errs = append(errs, field.Invalid(rp.Child(name), *r, "qps must be positive and burst at least 1"))
+		}
+	}
+	if s.RateLimits.OnLimit != "delay" && s.RateLimits.OnLimit != "deny" {
+		errs = append(errs, field.NotSupported(rp.Child("onLimit"), s.RateLimits.OnLimit, []string{"delay", "deny"}))
+	}
+	return errs
+}
+
+func checkPattern(p string) error {
+	rest := strings.TrimPrefix(p, "*.")
+	for _, ph := range placeholderRE.FindAllString(rest, -1) {
+		if ph != "{namespace}" && ph != "{serviceAccount}" && ph != "{podName}" {
+			return fmt.Errorf("unknown placeholder %s (known: {namespace}, {serviceAccount}, {podName})", ph)
+		}
+	}
+	if strings.Contains(rest, "*") {
+		return fmt.Errorf("only a leading \"*.\" wildcard is allowed")
+	}
+	return nil
+}

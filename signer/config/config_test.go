@@ -1,0 +1,79 @@
+package config_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/signer/config"
+)
+
+func TestFullExampleLoadsWithDefaults(t *testing.T) {
+	cfg, err := config.Load("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Signers) != 3 || cfg.Workers != 8 || cfg.FailAfter.Duration != 10*time.Minute {
+		t.Fatalf("decoded %+v", cfg)
+	}
+	spiffe := cfg.Signers[1]
+	if *spiffe.RefreshPoint != 0.5 || spiffe.Backdate.Duration != 2*time.Minute || spiffe.MaxLifetime.Duration != 24*time.Hour {
+		t.Errorf("defaults not applied: refresh %v backdate %v maxLifetime %v", *spiffe.RefreshPoint, spiffe.Backdate, spiffe.MaxLifetime)
+	}
+	if len(spiffe.AllowedKeyTypes) != 6 {
+		t.Errorf("default key types = %v, want all six the apiserver accepts", spiffe.AllowedKeyTypes)
+	}
+	if !*cfg.LeaderElection.Enabled || cfg.LeaderElection.LeaseName != "keyward-signer" {
+		t.Errorf("leader election defaults: %+v", cfg.LeaderElection)
+	}
+}
+
+// Every bad input is refused with an error that names the field.
+func TestBadConfigurationsNameTheField(t *testing.T) {
+	base, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		from, to  string
+		wantField string
+	}{
+		{"an unknown top-level field", "workers: 8", "workers: 8\nworkerz: 3", `"workerz"`},
+		{"an unknown signer field", "profile: podIdentity", "profile: podIdentity\n  lifetime: 1h", `"lifetime"`},
+		{"a wrong kind", "kind: SignerConfiguration", "kind: Config", "kind"},
+		{"a wrong apiVersion", "apiVersion: keyward.dev/v1alpha1", "apiVersion: v1", "apiVersion"},
+		{"an unknown profile", "profile: podIdentity", "profile: mtls", "signers[0].profile"},
+		{"a signer name without a path", "name: keyward.dev/pod-identity", "name: keyward.dev", "signers[0].name"},
+		{"a reserved signer name", "name: keyward.dev/pod-identity", "name: kubernetes.io/kube-apiserver-client-pod", "signers[0].name"},
+		{"a duplicate signer name", "name: keyward.dev/spiffe", "name: keyward.dev/pod-identity", "signers[1].name"},
+		{"a key type the apiserver does not know", "[ECDSAP256, ECDSAP384, ED25519]", "[ECDSAP256, RSA2048]", "signers[0].allowedKeyTypes[1]"},
+		{"a lifetime under an hour", "maxLifetime: 24h", "maxLifetime: 30m", "signers[0].maxLifetime"},
+		{"a refresh point of 1", "refreshPoint: 0.6", "refreshPoint: 1", "signers[2].refreshPoint"},
+		{"a backdate of 5 minutes", "backdate: 1m", "backdate: 5m", "signers[2].backdate"},
+		{"a missing key URI", "    keyURI: file:/etc/keyward/spiffe/ca.key\n", "", "signers[1].ca.keyURI"},
+		{"two CA certificate sources", "certificateFile: /etc/keyward/spiffe/ca.crt", "certificateFile: /etc/keyward/spiffe/ca.crt\n    certificatePEM: x", "signers[1].ca"},
+		{"a SPIFFE signer without a trust domain", "trustDomain: cluster.local", "trustDomain: ''", "signers[1].spiffe.trustDomain"},
+		{"a server signer not reading its annotation", "unverifiedUserAnnotations: [keyward.dev/dns-names]", "unverifiedUserAnnotations: [example.com/x]", "signers[2].unverifiedUserAnnotations"},
+		{"an unknown DNS placeholder", "{serviceAccount}.{namespace}.svc", "{pod}.{namespace}.svc", "signers[2].server.allowedDNSNames[0]"},
+		{"a rate limit without qps", "perNode: {qps: 10, burst: 20}", "perNode: {qps: 0, burst: 20}", "signers[2].rateLimits.perNode"},
+		{"an unknown limit action", "onLimit: deny", "onLimit: drop", "signers[2].rateLimits.onLimit"},
+		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(base), tc.from) {
+				t.Fatalf("fixture lacks %q", tc.from)
+			}
+			data := strings.Replace(string(base), tc.from, tc.to, 1)
+			_, err := config.Parse([]byte(data))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.wantField) {
+				t.Fatalf("error %q does not name %s", err, tc.wantField)
+			}
+		})
+	}
+}
