@@ -1,0 +1,87 @@
+package profile_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/profile"
+)
+
+func request(t *testing.T, annotations map[string]string) profile.Request {
+	k, err := backends.GenerateKey(backends.ECDSAP256SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return profile.Request{
+		Namespace: "shop", NamespaceUID: "ns-uid", PodName: "web-0", PodUID: "pod-uid",
+		ServiceAccountName: "web", ServiceAccountUID: "sa-uid", NodeName: "node-a", NodeUID: "node-uid",
+		Annotations: annotations, PublicKey: k.Public(),
+	}
+}
+
+func TestServerProfileAllowsOnlyMatchingNames(t *testing.T) {
+	p, err := profile.New(config.Signer{Name: "keyward.dev/server", Profile: config.ProfileServer, Server: &config.Server{
+		DNSNamesAnnotation: "keyward.dev/dns-names",
+		AllowedDNSNames:    []string{"{serviceAccount}.{namespace}.svc", "*.{namespace}.svc.cluster.local"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name       string
+		names      string
+		wantReason string
+		wantInMsg  string
+	}{
+		{name: "the service name", names: "web.shop.svc"},
+		{name: "one label under a wildcard pattern", names: "web.shop.svc, api.shop.svc.cluster.local"},
+		{name: "another namespace's service", names: "web.billing.svc", wantReason: profile.ReasonDNSNameNotAllowed, wantInMsg: `"web.billing.svc"`},
+		{name: "two labels under a wildcard pattern", names: "a.b.shop.svc.cluster.local", wantReason: profile.ReasonDNSNameNotAllowed, wantInMsg: `"a.b.shop.svc.cluster.local"`},
+		{name: "a requested wildcard", names: "*.shop.svc.cluster.local", wantReason: profile.ReasonDNSNameNotAllowed, wantInMsg: `"*.shop.svc.cluster.local"`},
+		{name: "not a DNS name", names: "Web_Shop", wantReason: profile.ReasonInvalidAnnotations, wantInMsg: `"Web_Shop"`},
+		{name: "no names", names: " , ", wantReason: profile.ReasonInvalidAnnotations},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl, err := p.Template(request(t, map[string]string{"keyward.dev/dns-names": tc.names}))
+			if tc.wantReason == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(tmpl.DNSNames) == 0 || tmpl.DNSNames[0] != "web.shop.svc" {
+					t.Fatalf("DNS names %v", tmpl.DNSNames)
+				}
+				return
+			}
+			var d *profile.Denial
+			if !errors.As(err, &d) || d.Reason != tc.wantReason {
+				t.Fatalf("got %v, want a %s denial", err, tc.wantReason)
+			}
+			if tc.wantInMsg != "" && !strings.Contains(d.Message, tc.wantInMsg) {
+				t.Fatalf("message %q does not name %s", d.Message, tc.wantInMsg)
+			}
+		})
+	}
+	_, err = p.Template(request(t, nil))
+	var d *profile.Denial
+	if !errors.As(err, &d) || d.Reason != profile.ReasonInvalidAnnotations {
+		t.Fatalf("no annotation: got %v", err)
+	}
+}
+
+func TestSPIFFEProfileNamesTheServiceAccount(t *testing.T) {
+	p, err := profile.New(config.Signer{Name: "keyward.dev/spiffe", Profile: config.ProfileSPIFFE, SPIFFE: &config.SPIFFE{TrustDomain: "cluster.local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := p.Template(request(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tmpl.URIs) != 1 || tmpl.URIs[0].String() != "spiffe://cluster.local/ns/shop/sa/web" {
+		t.Fatalf("URIs %v", tmpl.URIs)
+	}
+}
