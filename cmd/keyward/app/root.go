@@ -16,7 +16,7 @@ func NewCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand())
+	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand())
 	return root
 }
 

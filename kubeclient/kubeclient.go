@@ -1,0 +1,130 @@
+// Package kubeclient builds Kubernetes clients for keyward, discovers which
+// certificates.k8s.io version serves PodCertificateRequests, and runs code
+// under leader election.
+package kubeclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// Config builds a rest.Config from kubeconfig (empty: in-cluster) with the
+// given QPS and burst and keyward's user agent.
+func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set kubeClient.kubeconfig to run outside a cluster): %w", err)
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+		}
+	}
+	cfg.QPS, cfg.Burst = qps, burst
+	cfg.UserAgent = "keyward"
+	return cfg, nil
+}
+
+// ErrNoPodCertificates means the cluster serves PodCertificateRequests in no
+// version keyward speaks.
+var ErrNoPodCertificates = errors.New("cluster serves no PodCertificateRequest API (certificates.k8s.io v1 or v1beta1)")
+
+// PodCertificateVersion returns "v1" if certificates.k8s.io/v1 serves
+// podcertificaterequests, else "v1beta1" if that does.
+func PodCertificateVersion(d discovery.DiscoveryInterface) (string, error) {
+	for _, v := range []string{"v1", "v1beta1"} {
+		list, err := d.ServerResourcesForGroupVersion("certificates.k8s.io/" + v)
+		if err != nil {
+			continue
+		}
+		names := sets.New[string]()
+		for _, r := range list.APIResources {
+			names.Insert(r.Name)
+		}
+		if names.Has("podcertificaterequests") && names.Has("podcertificaterequests/status") {
+			return v, nil
+		}
+	}
+	return "", ErrNoPodCertificates
+}
+
+// LeaderElection configures RunOrDie's Lease.
+type LeaderElection struct {
+	Namespace, Name string
+	// Identity is this replica's name in the Lease (default: hostname + a
+	// random suffix).
+	Identity                                 string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// OnLeading and OnStandby report the state, e.g. to /readyz.
+	OnLeading, OnStandby func()
+}
+
+// RunLeader runs lead while this replica holds the Lease. When leadership is
+// lost, lead's context is canceled and RunLeader returns an error: the
+// caller exits, so no two replicas ever issue at once. It returns nil when
+// ctx ends.
+func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElection, lead func(context.Context)) error {
+	id := le.Identity
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s_%d", host, time.Now().UnixNano())
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.Name,
+		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return fmt.Errorf("creating lease lock: %w", err)
+	}
+	logger := klog.FromContext(ctx).WithValues("lease", le.Namespace+"/"+le.Name, "identity", id)
+	lost := make(chan struct{})
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   le.LeaseDuration,
+		RenewDeadline:   le.RenewDeadline,
+		RetryPeriod:     le.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            le.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Leading")
+				if le.OnLeading != nil {
+					le.OnLeading()
+				}
+				lead(ctx)
+			},
+			OnStoppedLeading: func() { close(lost) },
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					logger.Info("Standing by", "leader", identity)
+					if le.OnStandby != nil {
+						le.OnStandby()
+					}
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring leader election: %w", err)
+	}
+	elector.Run(ctx)
+	<-lost
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("lost leadership")
+}

@@ -1,0 +1,282 @@
+// Package signer runs keyward's signer: it turns a SignerConfiguration into
+// authorities (CA certificate + backend key), profiles and the
+// PodCertificateRequest controller, serves metrics and health, and issues
+// only while it holds the leader Lease.
+package signer
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/kubeclient"
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/pcr"
+	"github.com/keyward/keyward/signer/profile"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Options are what Run needs besides the configuration file.
+type Options struct {
+	Config   *config.SignerConfiguration
+	Backends *backends.Registry
+	// Identity names this replica in the leader Lease (default hostname).
+	Identity string
+	// Ready, if set, receives the listeners' actual addresses once bound
+	// (tests pass ":0" addresses).
+	Ready func(metricsAddr, healthAddr string)
+}
+
+// state is what /readyz reports.
+type state struct {
+	backendsOpen atomic.Bool
+	leading      atomic.Bool
+	standby      atomic.Bool
+	controller   atomic.Pointer[pcr.Controller]
+}
+
+func (s *state) ready() error {
+	switch {
+	case !s.backendsOpen.Load():
+		return errors.New("CA keys not opened yet")
+	case s.leading.Load():
+		if c := s.controller.Load(); c == nil || !c.HasSynced() {
+			return errors.New("leading, caches not synced yet")
+		}
+		return nil
+	case s.standby.Load():
+		return nil
+	}
+	return errors.New("leader election not decided yet")
+}
+
+// Run opens every CA key, then issues while leading, until ctx ends or
+// leadership is lost (an error: the process should exit and restart).
+func Run(ctx context.Context, o Options) error {
+	cfg := o.Config
+	logger := klog.FromContext(ctx)
+	st := &state{}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := pcr.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	metricsAddr, healthAddr, stopServers, err := serve(ctx, cfg, reg, st)
+	if err != nil {
+		return err
+	}
+	defer stopServers()
+	if o.Ready != nil {
+		o.Ready(metricsAddr, healthAddr)
+	}
+
+	signers, closeKeys, err := OpenSigners(ctx, cfg, o.Backends)
+	if err != nil {
+		return err
+	}
+	defer closeKeys()
+	st.backendsOpen.Store(true)
+
+	restCfg, err := kubeclient.Config(cfg.KubeClient.Kubeconfig, cfg.KubeClient.QPS, cfg.KubeClient.Burst)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	version, err := kubeclient.PodCertificateVersion(client.Discovery())
+	if err != nil {
+		return err
+	}
+	logger.Info("Serving PodCertificateRequests", "version", "certificates.k8s.io/"+version, "signers", len(signers))
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "keyward-signer"})
+
+	lead := func(ctx context.Context) {
+		c, err := pcr.New(pcr.Options{
+			Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
+			FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Recorder: recorder,
+		})
+		if err != nil {
+			logger.Error(err, "Building the PodCertificateRequest controller")
+			return
+		}
+		st.controller.Store(c)
+		if err := c.Run(ctx); err != nil {
+			logger.Error(err, "PodCertificateRequest controller stopped")
+		}
+	}
+	if !*cfg.LeaderElection.Enabled {
+		st.leading.Store(true)
+		lead(ctx)
+		return nil
+	}
+	le := cfg.LeaderElection
+	return kubeclient.RunLeader(ctx, client, kubeclient.LeaderElection{
+		Namespace: le.Namespace, Name: le.LeaseName, Identity: o.Identity,
+		LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
+		OnLeading: func() { st.standby.Store(false); st.leading.Store(true) },
+		OnStandby: func() { st.standby.Store(true) },
+	}, lead)
+}
+
+// OpenSigners opens each signer's CA key and certificate and builds its
+// policy. The returned func closes the keys.
+func OpenSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *backends.Registry) ([]*pcr.Signer, func(), error) {
+	var out []*pcr.Signer
+	var keys []backends.Signer
+	closeAll := func() {
+		for _, k := range keys {
+			k.Close()
+		}
+	}
+	for i, sc := range cfg.Signers {
+		field := fmt.Sprintf("signers[%d] (%s)", i, sc.Name)
+		key, err := reg.Open(ctx, backends.OpenRequest{URI: sc.CA.KeyURI})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("%s: opening ca.keyURI: %w", field, err)
+		}
+		keys = append(keys, key)
+		cert, chain, err := loadCA(sc.CA)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("%s: %w", field, err)
+		}
+		auth, err := authority.New(cert, chain, key)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("%s: %w", field, err)
+		}
+		prof, err := profile.New(sc)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		scheme, _, _ := strings.Cut(sc.CA.KeyURI, ":")
+		out = append(out, &pcr.Signer{
+			Name: sc.Name, Authority: auth, Profile: prof, Backend: scheme,
+			AllowedKeyTypes: sc.AllowedKeyTypes, MaxLifetime: sc.MaxLifetime.Duration,
+			RefreshPoint: *sc.RefreshPoint, Backdate: sc.Backdate.Duration,
+			Annotations: sc.UnverifiedUserAnnotations,
+			PerNode:     sc.RateLimits.PerNode, PerNamespace: sc.RateLimits.PerNamespace,
+			DenyOnLimit: sc.RateLimits.OnLimit == "deny",
+		})
+	}
+	return out, closeAll, nil
+}
+
+func loadCA(ca config.CA) (*x509.Certificate, []*x509.Certificate, error) {
+	data := []byte(ca.CertificatePEM)
+	if ca.CertificateFile != "" {
+		var err error
+		if data, err = os.ReadFile(ca.CertificateFile); err != nil {
+			return nil, nil, fmt.Errorf("ca.certificateFile: %w", err)
+		}
+	}
+	certs, err := ParseCertificates(data)
+	if err != nil || len(certs) == 0 {
+		return nil, nil, fmt.Errorf("ca certificate: no certificate (%v)", err)
+	}
+	chain := certs[1:]
+	if ca.ChainFile != "" {
+		b, err := os.ReadFile(ca.ChainFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ca.chainFile: %w", err)
+		}
+		more, err := ParseCertificates(b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ca.chainFile: %w", err)
+		}
+		chain = append(chain, more...)
+	}
+	return certs[0], chain, nil
+}
+
+// ParseCertificates reads every CERTIFICATE block of PEM data.
+func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			return out, nil
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+}
+
+// serve starts the metrics and health listeners.
+func serve(ctx context.Context, cfg *config.SignerConfiguration, reg *prometheus.Registry, st *state) (string, string, func(), error) {
+	health := http.NewServeMux()
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := st.ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	metrics := http.NewServeMux()
+	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+
+	var servers []*http.Server
+	stop := func() {
+		for _, s := range servers {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.Shutdown(sctx)
+			cancel()
+		}
+	}
+	var addrs []string
+	for _, l := range []struct {
+		addr string
+		h    http.Handler
+	}{{cfg.MetricsAddress, metrics}, {cfg.HealthAddress, health}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			stop()
+			return "", "", nil, fmt.Errorf("listening on %s: %w", l.addr, err)
+		}
+		srv := &http.Server{Handler: l.h, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, srv)
+		addrs = append(addrs, ln.Addr().String())
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.FromContext(ctx).Error(err, "HTTP server stopped", "addr", ln.Addr().String())
+			}
+		}()
+	}
+	return addrs[0], addrs[1], stop, nil
+}
