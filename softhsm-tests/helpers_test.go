@@ -43,15 +43,15 @@ func testContext(t *testing.T) context.Context {
 }
 
 // podOnNode makes a namespace, node, service account and a pod bound to the
-// node that mounts a podCertificate volume for signerName.
-func podOnNode(t *testing.T, ctx context.Context, node, signerName string) *controlplane.WorkloadObjects {
+// node that mounts a podCertificate volume for each of signerNames.
+func podOnNode(t *testing.T, ctx context.Context, node string, signerNames ...string) *controlplane.WorkloadObjects {
 	t.Helper()
 	w, err := controlplane.CreateWorkload(ctx, cp.AdminClient(), controlplane.Workload{
 		Namespace:      uniqueName(t, "ns"),
 		Node:           node,
 		ServiceAccount: "workload",
 		Pod:            "app",
-		SignerName:     signerName,
+		SignerNames:    signerNames,
 	})
 	if err != nil {
 		t.Fatalf("creating workload: %v", err)

@@ -19,8 +19,9 @@ type Workload struct {
 	Node           string
 	ServiceAccount string
 	Pod            string
-	SignerName     string
-	// KeyType is the podCertificate volume's keyType (default ECDSAP256).
+	// SignerNames get one podCertificate projection each.
+	SignerNames []string
+	// KeyType is the podCertificate volumes' keyType (default ECDSAP256).
 	KeyType string
 }
 
@@ -35,7 +36,7 @@ type WorkloadObjects struct {
 // of w and creates the pod. Without kube-controller-manager nothing creates
 // service accounts, so this does; NodeRestriction checks their UIDs.
 func CreateWorkload(ctx context.Context, admin kubernetes.Interface, w Workload) (*WorkloadObjects, error) {
-	if w.Namespace == "" || w.Node == "" || w.Pod == "" || w.SignerName == "" {
+	if w.Namespace == "" || w.Node == "" || w.Pod == "" || len(w.SignerNames) == 0 {
 		return nil, fmt.Errorf("workload needs namespace, node, pod and signer name: %+v", w)
 	}
 	if w.ServiceAccount == "" {
@@ -60,6 +61,14 @@ func CreateWorkload(ctx context.Context, admin kubernetes.Interface, w Workload)
 	if err != nil {
 		return nil, fmt.Errorf("ensuring service account %s/%s: %w", w.Namespace, w.ServiceAccount, err)
 	}
+	var sources []corev1.VolumeProjection
+	for i, name := range w.SignerNames {
+		sources = append(sources, corev1.VolumeProjection{PodCertificate: &corev1.PodCertificateProjection{
+			SignerName:           name,
+			KeyType:              w.KeyType,
+			CredentialBundlePath: fmt.Sprintf("credentialbundle-%d.pem", i),
+		}})
+	}
 	automount := false
 	pod, err := admin.CoreV1().Pods(w.Namespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: w.Pod},
@@ -77,11 +86,7 @@ func CreateWorkload(ctx context.Context, admin kubernetes.Interface, w Workload)
 			Volumes: []corev1.Volume{{
 				Name: "pod-certificate",
 				VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-					Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{
-						SignerName:           w.SignerName,
-						KeyType:              w.KeyType,
-						CredentialBundlePath: "credentialbundle.pem",
-					}}},
+					Sources: sources,
 				}},
 			}},
 		},

@@ -1,0 +1,193 @@
+package softhsmtests
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/signer"
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/config"
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// caInToken creates a CA key in the run's SoftHSM token through keyward's
+// own pkcs11 backend and self-signs a root for it. It returns the key URI
+// and the path of the root certificate.
+func caInToken(t *testing.T, label string) (string, string, *x509.Certificate) {
+	t.Helper()
+	reg, err := all.NewRegistry(all.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	ctx := testContext(t)
+	key, err := reg.CreateKey(ctx, backends.CreateKeyRequest{
+		URI:       "pkcs11:token=" + token.Label + ";object=" + label + "?module-path=" + token.ModulePath + "&pin-source=file:" + token.PINFile,
+		Algorithm: backends.ECDSAP256SHA256,
+	})
+	if err != nil {
+		t.Fatalf("creating CA key in SoftHSM: %v", err)
+	}
+	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: label, Lifetime: 30 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), label+".crt")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key.URI(), path, root
+}
+
+// signerKubeconfig writes a kubeconfig for the signer's service account.
+func signerKubeconfig(t *testing.T) string {
+	t.Helper()
+	cfg, err := cp.ServiceAccountConfig(signerNamespace, signerServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "signer.kubeconfig")
+	if err := controlplane.WriteKubeconfig(cfg, "keyward-signer", path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// baseConfig is a configuration for the given signers, talking to the test
+// apiserver as the signer's service account, without leader election.
+func baseConfig(t *testing.T, signers ...config.Signer) *config.SignerConfiguration {
+	t.Helper()
+	off := false
+	cfg := &config.SignerConfiguration{
+		APIVersion: config.APIVersion, Kind: config.Kind,
+		KubeClient:     config.KubeClient{Kubeconfig: signerKubeconfig(t), QPS: 500, Burst: 1000},
+		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
+		LeaderElection: config.LeaderElection{Enabled: &off},
+		Signers:        signers,
+	}
+	cfg.Default()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatalf("test configuration invalid: %v", errs.ToAggregate())
+	}
+	return cfg
+}
+
+// runSigner runs keyward's signer in this process until the test ends (or
+// stop is called) and waits until it is ready.
+func runSigner(t *testing.T, cfg *config.SignerConfiguration, identity string) (stop func()) {
+	t.Helper()
+	reg, err := all.NewRegistry(all.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	healthCh := make(chan string, 1)
+	go func() {
+		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity,
+			Ready: func(_, health string) { healthCh <- health }})
+	}()
+	var once bool
+	stop = func() {
+		if once {
+			return
+		}
+		once = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Logf("signer %s stopped: %v", identity, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("signer %s did not stop within 30s", identity)
+		}
+		reg.Close()
+	}
+	t.Cleanup(stop)
+	select {
+	case health := <-healthCh:
+		if err := waitReady(health); err != nil && *cfg.LeaderElection.Enabled == false {
+			t.Fatalf("signer %s not ready: %v", identity, err)
+		}
+	case err := <-done:
+		t.Fatalf("signer %s exited: %v", identity, err)
+	}
+	return stop
+}
+
+func waitReady(healthAddr string) error {
+	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return httpOK("http://"+healthAddr+"/readyz") == nil, nil
+	})
+}
+
+// pcrOptions vary the request newPCRFor builds.
+type pcrOptions struct {
+	keyType              string
+	annotations          map[string]string
+	maxExpirationSeconds *int32
+}
+
+// createPCR has the node create a PCR for w's pod and returns it and the key.
+func createPCR(t *testing.T, ctx context.Context, w *controlplane.WorkloadObjects, signerName string, o pcrOptions) (*certv1.PodCertificateRequest, crypto.Signer) {
+	t.Helper()
+	if o.keyType == "" {
+		o.keyType = nodehelper.KeyTypeECDSAP256
+	}
+	key, err := nodehelper.GenerateKey(o.keyType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcr, _ := newPCR(t, w, signerName)
+	pcr.Spec.StubPKCS10Request, err = nodehelper.NewStubPKCS10Request(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcr.Spec.UnverifiedUserAnnotations = o.annotations
+	pcr.Spec.MaxExpirationSeconds = o.maxExpirationSeconds
+	created, err := nodeClient(t, w.Node.Name).CertificatesV1().PodCertificateRequests(pcr.Namespace).Create(ctx, pcr, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node creating PCR: %v", err)
+	}
+	return created, key
+}
+
+// waitTerminal polls until the PCR has a terminal condition.
+func waitTerminal(t *testing.T, ctx context.Context, p *certv1.PodCertificateRequest, timeout time.Duration) *certv1.PodCertificateRequest {
+	t.Helper()
+	var got *certv1.PodCertificateRequest
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = cp.AdminClient().CertificatesV1().PodCertificateRequests(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(got.Status.Conditions) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("PCR %s/%s has no terminal status after %s: %v (status %+v)", p.Namespace, p.Name, timeout, err, got.Status)
+	}
+	return got
+}
+
+func condition(p *certv1.PodCertificateRequest) metav1.Condition {
+	if len(p.Status.Conditions) != 1 {
+		panic(fmt.Sprintf("want exactly one condition, got %+v", p.Status.Conditions))
+	}
+	return p.Status.Conditions[0]
+}

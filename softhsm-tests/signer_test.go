@@ -1,0 +1,218 @@
+package softhsmtests
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/profile"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func httpOK(url string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return &httpStatusError{resp.Status}
+	}
+	return nil
+}
+
+type httpStatusError struct{ status string }
+
+func (e *httpStatusError) Error() string { return e.status }
+
+// parseChain decodes an issued chain and verifies the leaf to root.
+func parseChain(t *testing.T, chain string, root *x509.Certificate) *x509.Certificate {
+	t.Helper()
+	var certs []*x509.Certificate
+	rest := []byte(chain)
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) < 2 {
+		t.Fatalf("chain has %d certificates, want leaf and CA", len(certs))
+	}
+	leaf := certs[0]
+	// Go's verifier refuses unknown critical extensions; the PodIdentity
+	// extension is one, by design, for consumers that do not know it.
+	leaf.UnhandledCriticalExtensions = nil
+	roots := x509.NewCertPool()
+	roots.AddCert(root)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Fatalf("issued leaf does not verify to the CA: %v", err)
+	}
+	return leaf
+}
+
+func signerConfig(name, profileName, keyURI, caFile string) config.Signer {
+	return config.Signer{Name: name, Profile: profileName, CA: config.CA{CertificateFile: caFile, KeyURI: keyURI}}
+}
+
+// Every key type the apiserver accepts is issued by a signer that allows
+// it, and denied with UnsupportedKeyType by one that does not; the PCR of a
+// signer name keyward does not own is never touched.
+func TestKeyTypesAreIssuedOrDenied(t *testing.T) {
+	ctx := testContext(t)
+	suffix := uniqueName(t, "s")
+	all := "keyward.dev/all-" + suffix
+	ecOnly := "keyward.dev/ec-" + suffix
+	notOurs := "keyward.dev/not-ours-" + suffix
+	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
+	ec := signerConfig(ecOnly, config.ProfilePodIdentity, keyURI, caFile)
+	ec.AllowedKeyTypes = []string{"ECDSAP256", "ECDSAP384"}
+	runSigner(t, baseConfig(t, signerConfig(all, config.ProfilePodIdentity, keyURI, caFile), ec), "replica-0")
+
+	node := uniqueName(t, "node")
+	for _, kt := range []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"} {
+		t.Run(kt, func(t *testing.T) {
+			w := podOnNode(t, ctx, node, all, ecOnly)
+			issued, key := createPCR(t, ctx, w, all, pcrOptions{keyType: kt})
+			got := waitTerminal(t, ctx, issued, 30*time.Second)
+			if c := condition(got); c.Type != "Issued" {
+				t.Fatalf("%s for %s: %s/%s: %s", kt, all, c.Type, c.Reason, c.Message)
+			}
+			leaf := parseChain(t, got.Status.CertificateChain, root)
+			want, _ := x509.MarshalPKIXPublicKey(key.Public())
+			if !bytes.Equal(leaf.RawSubjectPublicKeyInfo, want) {
+				t.Fatal("leaf is not for the requested key")
+			}
+			wantUsage := x509.KeyUsageDigitalSignature
+			if strings.HasPrefix(kt, "RSA") {
+				wantUsage |= x509.KeyUsageKeyEncipherment
+			}
+			if leaf.KeyUsage != wantUsage {
+				t.Errorf("key usage %v, want %v", leaf.KeyUsage, wantUsage)
+			}
+
+			denied, _ := createPCR(t, ctx, w, ecOnly, pcrOptions{keyType: kt})
+			got = waitTerminal(t, ctx, denied, 30*time.Second)
+			c := condition(got)
+			if kt == "ECDSAP256" || kt == "ECDSAP384" {
+				if c.Type != "Issued" {
+					t.Fatalf("%s for %s: %s/%s", kt, ecOnly, c.Type, c.Reason)
+				}
+				return
+			}
+			if c.Type != "Denied" || c.Reason != "UnsupportedKeyType" || !strings.Contains(c.Message, "ECDSAP256") {
+				t.Fatalf("%s for %s: %s/%s %q, want Denied/UnsupportedKeyType suggesting ECDSAP256", kt, ecOnly, c.Type, c.Reason, c.Message)
+			}
+			if got.Status.CertificateChain != "" || got.Status.NotAfter != nil {
+				t.Errorf("Denied status carries certificate fields: %+v", got.Status)
+			}
+		})
+	}
+
+	t.Run("a signer name keyward does not own", func(t *testing.T) {
+		w := podOnNode(t, ctx, node, notOurs)
+		p, _ := createPCR(t, ctx, w, notOurs, pcrOptions{})
+		time.Sleep(2 * time.Second) // long enough for a signer that wrongly watched it
+		got, err := cp.AdminClient().CertificatesV1().PodCertificateRequests(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Status.Conditions) != 0 || got.ResourceVersion != p.ResourceVersion {
+			t.Fatalf("PCR for %s was touched: %+v", notOurs, got.Status)
+		}
+	})
+}
+
+// Each profile's certificate carries the identity it promises.
+func TestProfilesCarryThePodIdentity(t *testing.T) {
+	ctx := testContext(t)
+	suffix := uniqueName(t, "p")
+	podID := "keyward.dev/pod-id-" + suffix
+	spiffe := "keyward.dev/spiffe-" + suffix
+	server := "keyward.dev/server-" + suffix
+	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
+	sp := signerConfig(spiffe, config.ProfileSPIFFE, keyURI, caFile)
+	sp.SPIFFE = &config.SPIFFE{TrustDomain: "cluster.local"}
+	srv := signerConfig(server, config.ProfileServer, keyURI, caFile)
+	srv.Server = &config.Server{AllowedDNSNames: []string{"{serviceAccount}.{namespace}.svc"}}
+	srv.UnverifiedUserAnnotations = []string{config.DefaultDNSNamesKey}
+	runSigner(t, baseConfig(t, signerConfig(podID, config.ProfilePodIdentity, keyURI, caFile), sp, srv), "replica-0")
+
+	w := podOnNode(t, ctx, uniqueName(t, "node"), podID, spiffe, server)
+	ns := w.Pod.Namespace
+
+	t.Run("podIdentity", func(t *testing.T) {
+		p, _ := createPCR(t, ctx, w, podID, pcrOptions{})
+		got := waitTerminal(t, ctx, p, 30*time.Second)
+		leaf := parseChain(t, got.Status.CertificateChain, root)
+		pi, err := profile.ParsePodIdentity(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nsObj, err := cp.AdminClient().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := profile.PodIdentity{Namespace: ns, NamespaceUID: string(nsObj.UID),
+			ServiceAccountName: w.ServiceAccount.Name, ServiceAccountUID: string(w.ServiceAccount.UID),
+			PodName: w.Pod.Name, PodUID: string(w.Pod.UID), NodeName: w.Node.Name, NodeUID: string(w.Node.UID)}
+		if *pi != want {
+			t.Fatalf("PodIdentity = %+v\nwant %+v", *pi, want)
+		}
+		if len(leaf.DNSNames)+len(leaf.URIs)+len(leaf.IPAddresses)+len(leaf.EmailAddresses) != 0 {
+			t.Error("podIdentity certificate has SANs")
+		}
+	})
+	t.Run("spiffe", func(t *testing.T) {
+		p, _ := createPCR(t, ctx, w, spiffe, pcrOptions{})
+		leaf := parseChain(t, waitTerminal(t, ctx, p, 30*time.Second).Status.CertificateChain, root)
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/workload" {
+			t.Fatalf("URIs = %v", leaf.URIs)
+		}
+	})
+	t.Run("server", func(t *testing.T) {
+		p, _ := createPCR(t, ctx, w, server, pcrOptions{annotations: map[string]string{config.DefaultDNSNamesKey: "workload." + ns + ".svc"}})
+		leaf := parseChain(t, waitTerminal(t, ctx, p, 30*time.Second).Status.CertificateChain, root)
+		if len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != "workload."+ns+".svc" {
+			t.Fatalf("DNS names = %v", leaf.DNSNames)
+		}
+	})
+	t.Run("server name outside the patterns is denied naming it", func(t *testing.T) {
+		p, _ := createPCR(t, ctx, w, server, pcrOptions{annotations: map[string]string{config.DefaultDNSNamesKey: "api.kube-system.svc"}})
+		c := condition(waitTerminal(t, ctx, p, 30*time.Second))
+		if c.Type != "Denied" || c.Reason != profile.ReasonDNSNameNotAllowed || !strings.Contains(c.Message, `"api.kube-system.svc"`) {
+			t.Fatalf("got %s/%s %q", c.Type, c.Reason, c.Message)
+		}
+	})
+	t.Run("an unknown annotation is denied", func(t *testing.T) {
+		p, _ := createPCR(t, ctx, w, podID, pcrOptions{annotations: map[string]string{"example.com/colour": "red"}})
+		c := condition(waitTerminal(t, ctx, p, 30*time.Second))
+		if c.Type != "Denied" || c.Reason != "InvalidUnverifiedUserAnnotations" || !strings.Contains(c.Message, "example.com/colour") {
+			t.Fatalf("got %s/%s %q", c.Type, c.Reason, c.Message)
+		}
+	})
+	t.Run("maxExpirationSeconds 3600 gives a one-hour certificate", func(t *testing.T) {
+		hour := int32(3600)
+		p, _ := createPCR(t, ctx, w, podID, pcrOptions{maxExpirationSeconds: &hour})
+		got := waitTerminal(t, ctx, p, 30*time.Second)
+		leaf := parseChain(t, got.Status.CertificateChain, root)
+		if d := leaf.NotAfter.Sub(leaf.NotBefore); d != time.Hour {
+			t.Fatalf("lifetime %s, want 1h", d)
+		}
+		if r := got.Status.BeginRefreshAt.Time; r.Sub(leaf.NotBefore) != 30*time.Minute {
+			t.Errorf("beginRefreshAt %s after notBefore, want 30m", r.Sub(leaf.NotBefore))
+		}
+	})
+}
+
