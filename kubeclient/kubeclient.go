@@ -69,7 +69,7 @@ type LeaderElection struct {
 	Namespace, Name string
 	// Identity is this replica's name in the Lease (default: hostname + a
 	// random suffix).
-	Identity                                 string
+	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// OnLeading and OnStandby report the state, e.g. to /readyz.
 	OnLeading, OnStandby func()

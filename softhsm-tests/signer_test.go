@@ -215,4 +215,3 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 		}
 	})
 }
-
