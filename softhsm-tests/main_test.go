@@ -32,6 +32,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(envSignerConfig); cfg != "" {
+		// Re-executed by startSignerProcess: be a signer replica.
+		os.Exit(runSignerProcess(cfg))
+	}
 	os.Exit(run(m))
 }
 

@@ -151,7 +151,7 @@ func New(opts Options) (*Controller, error) {
 		opts: opts, api: api, signers: map[string]*signerState{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](100*time.Millisecond, 30*time.Second),
+				workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](100*time.Millisecond, 10*time.Second),
 				&workqueue.TypedBucketRateLimiter[queueKey]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 			),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "keyward-pcr"}),
