@@ -20,7 +20,6 @@ import (
 	"github.com/keyward/keyward/nodehelper"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // uniqueName turns the test's name into a DNS label with a random suffix, so
@@ -67,23 +66,19 @@ func newPCR(t *testing.T, w *controlplane.WorkloadObjects, signerName string) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	stub, err := nodehelper.NewStubPKCS10Request(key)
+	p, err := nodehelper.NewPodCertificateRequest(podRef(w), signerName, key, nodehelper.PodCertificateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &certv1.PodCertificateRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: w.Pod.Name + "-", Namespace: w.Pod.Namespace},
-		Spec: certv1.PodCertificateRequestSpec{
-			SignerName:         signerName,
-			PodName:            w.Pod.Name,
-			PodUID:             w.Pod.UID,
-			ServiceAccountName: w.ServiceAccount.Name,
-			ServiceAccountUID:  w.ServiceAccount.UID,
-			NodeName:           types.NodeName(w.Node.Name),
-			NodeUID:            w.Node.UID,
-			StubPKCS10Request:  stub,
-		},
-	}, key
+	return p, key
+}
+
+func podRef(w *controlplane.WorkloadObjects) nodehelper.PodRef {
+	return nodehelper.PodRef{
+		Namespace: w.Pod.Namespace, Name: w.Pod.Name, UID: w.Pod.UID,
+		ServiceAccountName: w.ServiceAccount.Name, ServiceAccountUID: w.ServiceAccount.UID,
+		NodeName: w.Node.Name, NodeUID: w.Node.UID,
+	}
 }
 
 // testCA is a CA held in memory, standing in for the signer until the

@@ -153,13 +153,12 @@ func createPCR(t *testing.T, ctx context.Context, w *controlplane.WorkloadObject
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcr, _ := newPCR(t, w, signerName)
-	pcr.Spec.StubPKCS10Request, err = nodehelper.NewStubPKCS10Request(key)
+	pcr, err := nodehelper.NewPodCertificateRequest(podRef(w), signerName, key, nodehelper.PodCertificateOptions{
+		MaxExpirationSeconds: o.maxExpirationSeconds, Annotations: o.annotations,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcr.Spec.UnverifiedUserAnnotations = o.annotations
-	pcr.Spec.MaxExpirationSeconds = o.maxExpirationSeconds
 	created, err := nodeClient(t, w.Node.Name).CertificatesV1().PodCertificateRequests(pcr.Namespace).Create(ctx, pcr, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("node creating PCR: %v", err)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"os"
@@ -10,11 +11,24 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/deploy"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/signer"
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/config"
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
+
+// demoSigner is the signer name the demo issues for.
+const demoSigner = "keyward.dev/demo"
 
 type demoOptions struct {
 	dir  string
@@ -25,11 +39,13 @@ func newDemoCommand() *cobra.Command {
 	o := &demoOptions{}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run keyward locally: a real kube-apiserver + etcd and a SoftHSM2 token",
+		Short: "Run keyward's whole life cycle locally: kube-apiserver + etcd, SoftHSM2, signer, a node asking for a pod certificate",
 		Long: `demo starts a kube-apiserver and etcd on loopback (Node,RBAC authorization,
-NodeRestriction admission), applies keyward's RBAC, makes a SoftHSM2 token,
-prints how to reach them, and keeps them running until Ctrl-C. Everything it
-made is removed when it stops.`,
+NodeRestriction admission) and applies keyward's RBAC; makes a SoftHSM2 token
+and a CA key inside it; runs the signer under its own service account; creates
+a pod with a podCertificate volume and, playing its node, requests the pod's
+certificate; prints the issued chain and how long it took. Everything keeps
+running until Ctrl-C, then everything it made is removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -86,8 +102,8 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) error {
 	if err != nil {
 		return err
 	}
-	signer := filepath.Join(dir, "signer.kubeconfig")
-	if err := controlplane.WriteKubeconfig(signerCfg, "keyward-signer", signer); err != nil {
+	signerKubeconfig := filepath.Join(dir, "signer.kubeconfig")
+	if err := controlplane.WriteKubeconfig(signerCfg, "keyward-signer", signerKubeconfig); err != nil {
 		return err
 	}
 
@@ -98,11 +114,123 @@ control plane ready in %s at %s
 SoftHSM2 token ready
   SOFTHSM2_CONF=%s
   module %s, token label %q, PIN in %s
-  key URI prefix: pkcs11:token=%s?module-path=%s&pin-source=file:%s
+`, cp.StartDuration.Round(time.Millisecond), cp.URL, admin, signerKubeconfig,
+		hsm.ConfPath, token.ModulePath, token.Label, token.PINFile)
 
-`, cp.StartDuration.Round(time.Millisecond), cp.URL, admin, signer,
-		hsm.ConfPath, token.ModulePath, token.Label, token.PINFile,
-		token.Label, token.ModulePath, token.PINFile)
+	// The CA key is made inside the token and never leaves it.
+	reg, err := all.NewRegistry(all.Options{})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	caKey, err := reg.CreateKey(ctx, backends.CreateKeyRequest{
+		URI:       "pkcs11:token=" + token.Label + ";object=demo-ca?module-path=" + token.ModulePath + "&pin-source=file:" + token.PINFile,
+		Algorithm: backends.ECDSAP256SHA256,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the CA key in SoftHSM: %w", err)
+	}
+	root, err := authority.SelfSignRoot(ctx, caKey, authority.RootOptions{CommonName: "keyward demo CA", Lifetime: 365 * 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "CA key created in SoftHSM (non-extractable): %s\n  fingerprint sha256:%s\n", caKey.URI(), caKey.Fingerprint())
+
+	// The signer, as `keyward signer --config` would run it.
+	off := false
+	cfg := &config.SignerConfiguration{
+		APIVersion: config.APIVersion, Kind: config.Kind,
+		KubeClient:     config.KubeClient{Kubeconfig: signerKubeconfig},
+		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
+		LeaderElection: config.LeaderElection{Enabled: &off},
+		Signers: []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity,
+			CA: config.CA{CertificateFile: caFile, KeyURI: caKey.URI()}}},
+	}
+	cfg.Default()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	logFile, err := os.Create(filepath.Join(dir, "signer.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile)))
+	signerCtx, stopSigner := context.WithCancel(klog.NewContext(ctx, logger))
+	signerDone := make(chan error, 1)
+	addrs := make(chan [2]string, 1)
+	go func() {
+		signerDone <- signer.Run(signerCtx, signer.Options{Config: cfg, Backends: reg,
+			Ready: func(m, h string) { addrs <- [2]string{m, h} }})
+	}()
+	defer func() { stopSigner(); <-signerDone }()
+	var a [2]string
+	select {
+	case a = <-addrs:
+	case err := <-signerDone:
+		return fmt.Errorf("signer: %w", err)
+	}
+	fmt.Fprintf(out, "signer running for %s: metrics http://%s/metrics, health http://%s/readyz, log %s\n", demoSigner, a[0], a[1], logFile.Name())
+
+	// Play kubelet: a pod on a node mounts a podCertificate volume; the node
+	// generates a key and asks for the pod's certificate.
+	w, err := controlplane.CreateWorkload(ctx, cp.AdminClient(), controlplane.Workload{
+		Namespace: "demo", Node: "demo-node", ServiceAccount: "demo-app", Pod: "demo-app", SignerNames: []string{demoSigner},
+	})
+	if err != nil {
+		return err
+	}
+	nodeCfg, err := cp.NodeConfig("demo-node")
+	if err != nil {
+		return err
+	}
+	node, err := kubernetes.NewForConfig(nodeCfg)
+	if err != nil {
+		return err
+	}
+	subjectKey, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+	if err != nil {
+		return err
+	}
+	req, err := nodehelper.NewPodCertificateRequest(nodehelper.PodRef{
+		Namespace: w.Pod.Namespace, Name: w.Pod.Name, UID: w.Pod.UID,
+		ServiceAccountName: w.ServiceAccount.Name, ServiceAccountUID: w.ServiceAccount.UID,
+		NodeName: w.Node.Name, NodeUID: w.Node.UID,
+	}, demoSigner, subjectKey, nodehelper.PodCertificateOptions{})
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	created, err := node.CertificatesV1().PodCertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("node creating PodCertificateRequest: %w", err)
+	}
+	waitCtx, cancelWait := context.WithTimeout(ctx, time.Minute)
+	defer cancelWait()
+	done, err := nodehelper.WaitForTerminal(waitCtx, node, created)
+	if err != nil {
+		return err
+	}
+	latency := time.Since(began)
+	c := done.Status.Conditions[0]
+	if c.Type != "Issued" {
+		return fmt.Errorf("PodCertificateRequest %s/%s: %s (%s): %s", done.Namespace, done.Name, c.Type, c.Reason, c.Message)
+	}
+	chain, err := signer.ParseCertificates([]byte(done.Status.CertificateChain))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nPodCertificateRequest %s/%s for pod demo/demo-app on node demo-node: Issued in %s (create → Issued seen by the node)\n",
+		done.Namespace, done.Name, latency.Round(time.Millisecond))
+	fmt.Fprintf(out, "  notBefore %s, beginRefreshAt %s, notAfter %s\n",
+		done.Status.NotBefore.UTC().Format(time.RFC3339), done.Status.BeginRefreshAt.UTC().Format(time.RFC3339), done.Status.NotAfter.UTC().Format(time.RFC3339))
+	describeChain(out, chain)
+	fmt.Fprintln(out)
+
 	if o.once {
 		fmt.Fprintln(out, "--once: stopping")
 		return nil
