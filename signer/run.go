@@ -40,6 +40,9 @@ type Options struct {
 	Backends *backends.Registry
 	// Identity names this replica in the leader Lease (default hostname).
 	Identity string
+	// PodCertificateVersion forces "v1" or "v1beta1"; empty means discover
+	// (v1 preferred).
+	PodCertificateVersion string
 	// Ready, if set, receives the listeners' actual addresses once bound
 	// (tests pass ":0" addresses).
 	Ready func(metricsAddr, healthAddr string)
@@ -105,9 +108,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	version, err := kubeclient.PodCertificateVersion(client.Discovery())
-	if err != nil {
-		return err
+	version := o.PodCertificateVersion
+	if version == "" {
+		if version, err = kubeclient.PodCertificateVersion(client.Discovery()); err != nil {
+			return err
+		}
 	}
 	logger.Info("Serving PodCertificateRequests", "version", "certificates.k8s.io/"+version, "signers", len(signers))
 

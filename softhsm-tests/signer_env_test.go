@@ -90,6 +90,13 @@ func baseConfig(t *testing.T, signers ...config.Signer) *config.SignerConfigurat
 // stop is called) and waits until it is ready.
 func runSigner(t *testing.T, cfg *config.SignerConfiguration, identity string) (stop func()) {
 	t.Helper()
+	return runSignerVersion(t, cfg, identity, "")
+}
+
+// runSignerVersion is runSigner speaking a forced PodCertificateRequest
+// API version ("" discovers).
+func runSignerVersion(t *testing.T, cfg *config.SignerConfiguration, identity, version string) (stop func()) {
+	t.Helper()
 	reg, err := all.NewRegistry(all.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +105,7 @@ func runSigner(t *testing.T, cfg *config.SignerConfiguration, identity string) (
 	done := make(chan error, 1)
 	healthCh := make(chan string, 1)
 	go func() {
-		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity,
+		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity, PodCertificateVersion: version,
 			Ready: func(_, health string) { healthCh <- health }})
 	}()
 	var once bool
