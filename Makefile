@@ -59,3 +59,5 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	@mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -count $(BENCH_COUNT) ./backends/file/ ./backends/pkcs11/ | tee $(BENCH_OUT)/backends-local.txt
 	$(GO) test -run '^$$' -bench . -benchtime 200x -count $(BENCH_COUNT) ./backends/gcpkms/ ./backends/awskms/ | tee $(BENCH_OUT)/backends-kms.txt
+	$(MAKE) controlplane
+	$(GO) test -run '^$$' -bench PCR -benchtime 1x -count $(BENCH_COUNT) ./softhsm-tests/ | tee $(BENCH_OUT)/signer.txt

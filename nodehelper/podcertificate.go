@@ -55,29 +55,47 @@ func NewPodCertificateRequest(ref PodRef, signerName string, key crypto.Signer, 
 }
 
 // WaitForTerminal watches the request (as its node may: by spec.nodeName)
-// until it has a terminal condition, and returns it.
+// until it has a terminal condition, and returns it. A watch that ends or
+// errors (e.g. "too large resource version" from a lagging watch cache) is
+// resumed from a fresh read.
 func WaitForTerminal(ctx context.Context, client kubernetes.Interface, p *certv1.PodCertificateRequest) (*certv1.PodCertificateRequest, error) {
+	pcrs := client.CertificatesV1().PodCertificateRequests(p.Namespace)
 	sel := fields.OneTermEqualSelector("spec.nodeName", string(p.Spec.NodeName)).String()
-	w, err := client.CertificatesV1().PodCertificateRequests(p.Namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: sel, ResourceVersion: p.ResourceVersion,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watching PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, err)
+	for {
+		list, err := pcrs.List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return nil, fmt.Errorf("listing PodCertificateRequests of node %s: %w", p.Spec.NodeName, err)
+		}
+		for i := range list.Items {
+			if got := &list.Items[i]; got.Name == p.Name && len(got.Status.Conditions) > 0 {
+				return got, nil
+			}
+		}
+		w, err := pcrs.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			return nil, fmt.Errorf("watching PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		got, err := awaitTerminal(ctx, w, p.Name)
+		w.Stop()
+		if got != nil || err != nil {
+			return got, err
+		}
 	}
-	defer w.Stop()
+}
+
+// awaitTerminal returns the request once terminal, or (nil, nil) when the
+// watch ends or errors and should be resumed.
+func awaitTerminal(ctx context.Context, w watch.Interface, name string) (*certv1.PodCertificateRequest, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, ctx.Err())
+			return nil, fmt.Errorf("waiting for PodCertificateRequest %s: %w", name, ctx.Err())
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, fmt.Errorf("watch of PodCertificateRequest %s/%s closed", p.Namespace, p.Name)
+			if !ok || ev.Type == watch.Error {
+				return nil, nil
 			}
 			got, isPCR := ev.Object.(*certv1.PodCertificateRequest)
-			if ev.Type == watch.Error || !isPCR || got.Name != p.Name {
-				continue
-			}
-			if len(got.Status.Conditions) > 0 {
+			if isPCR && got.Name == name && len(got.Status.Conditions) > 0 {
 				return got, nil
 			}
 		}

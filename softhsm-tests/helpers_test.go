@@ -24,7 +24,7 @@ import (
 
 // uniqueName turns the test's name into a DNS label with a random suffix, so
 // that tests sharing one control plane never see each other's objects.
-func uniqueName(t *testing.T, prefix string) string {
+func uniqueName(t testing.TB, prefix string) string {
 	t.Helper()
 	s := strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-"))
 	if len(s) > 30 {
@@ -35,7 +35,7 @@ func uniqueName(t *testing.T, prefix string) string {
 	return strings.Trim(prefix+"-"+s, "-") + "-" + hex.EncodeToString(b)
 }
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -43,7 +43,7 @@ func testContext(t *testing.T) context.Context {
 
 // podOnNode makes a namespace, node, service account and a pod bound to the
 // node that mounts a podCertificate volume for each of signerNames.
-func podOnNode(t *testing.T, ctx context.Context, node string, signerNames ...string) *controlplane.WorkloadObjects {
+func podOnNode(t testing.TB, ctx context.Context, node string, signerNames ...string) *controlplane.WorkloadObjects {
 	t.Helper()
 	w, err := controlplane.CreateWorkload(ctx, cp.AdminClient(), controlplane.Workload{
 		Namespace:      uniqueName(t, "ns"),
@@ -60,7 +60,7 @@ func podOnNode(t *testing.T, ctx context.Context, node string, signerNames ...st
 
 // newPCR builds the PodCertificateRequest kubelet would create for w, with a
 // fresh P-256 subject key, and returns it with that key.
-func newPCR(t *testing.T, w *controlplane.WorkloadObjects, signerName string) (*certv1.PodCertificateRequest, crypto.Signer) {
+func newPCR(t testing.TB, w *controlplane.WorkloadObjects, signerName string) (*certv1.PodCertificateRequest, crypto.Signer) {
 	t.Helper()
 	key, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
 	if err != nil {
@@ -89,7 +89,7 @@ type testCA struct {
 	pem  string
 }
 
-func newTestCA(t *testing.T) *testCA {
+func newTestCA(t testing.TB) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -115,7 +115,7 @@ func newTestCA(t *testing.T) *testCA {
 
 // issue signs a leaf for pub valid from notBefore for lifetime and returns
 // the PEM chain (leaf, CA) and the parsed leaf.
-func (ca *testCA) issue(t *testing.T, pub crypto.PublicKey, notBefore time.Time, lifetime time.Duration) (string, *x509.Certificate) {
+func (ca *testCA) issue(t testing.TB, pub crypto.PublicKey, notBefore time.Time, lifetime time.Duration) (string, *x509.Certificate) {
 	t.Helper()
 	notBefore = notBefore.Truncate(time.Second)
 	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))

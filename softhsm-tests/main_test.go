@@ -67,7 +67,7 @@ func installRBAC(c *controlplane.ControlPlane) error {
 }
 
 // clientFor builds a clientset for cfg or fails the test.
-func clientFor(t *testing.T, cfg *rest.Config, err error) kubernetes.Interface {
+func clientFor(t testing.TB, cfg *rest.Config, err error) kubernetes.Interface {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("client config: %v", err)
@@ -81,13 +81,13 @@ func clientFor(t *testing.T, cfg *rest.Config, err error) kubernetes.Interface {
 
 // signerClient authenticates as the signer's service account, so only the
 // RBAC we ship grants it anything.
-func signerClient(t *testing.T) kubernetes.Interface {
+func signerClient(t testing.TB) kubernetes.Interface {
 	cfg, err := cp.ServiceAccountConfig(signerNamespace, signerServiceAccount)
 	return clientFor(t, cfg, err)
 }
 
 // nodeClient authenticates as system:node:<node>.
-func nodeClient(t *testing.T, node string) kubernetes.Interface {
+func nodeClient(t testing.TB, node string) kubernetes.Interface {
 	cfg, err := cp.NodeConfig(node)
 	return clientFor(t, cfg, err)
 }

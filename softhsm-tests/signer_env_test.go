@@ -22,12 +22,14 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
 
 // caInToken creates a CA key in the run's SoftHSM token through keyward's
 // own pkcs11 backend and self-signs a root for it. It returns the key URI
 // and the path of the root certificate.
-func caInToken(t *testing.T, label string) (string, string, *x509.Certificate) {
+func caInToken(t testing.TB, label string) (string, string, *x509.Certificate) {
 	t.Helper()
 	reg, err := all.NewRegistry(all.Options{})
 	if err != nil {
@@ -54,7 +56,7 @@ func caInToken(t *testing.T, label string) (string, string, *x509.Certificate) {
 }
 
 // signerKubeconfig writes a kubeconfig for the signer's service account.
-func signerKubeconfig(t *testing.T) string {
+func signerKubeconfig(t testing.TB) string {
 	t.Helper()
 	cfg, err := cp.ServiceAccountConfig(signerNamespace, signerServiceAccount)
 	if err != nil {
@@ -69,7 +71,7 @@ func signerKubeconfig(t *testing.T) string {
 
 // baseConfig is a configuration for the given signers, talking to the test
 // apiserver as the signer's service account, without leader election.
-func baseConfig(t *testing.T, signers ...config.Signer) *config.SignerConfiguration {
+func baseConfig(t testing.TB, signers ...config.Signer) *config.SignerConfiguration {
 	t.Helper()
 	off := false
 	cfg := &config.SignerConfiguration{
@@ -88,20 +90,26 @@ func baseConfig(t *testing.T, signers ...config.Signer) *config.SignerConfigurat
 
 // runSigner runs keyward's signer in this process until the test ends (or
 // stop is called) and waits until it is ready.
-func runSigner(t *testing.T, cfg *config.SignerConfiguration, identity string) (stop func()) {
+func runSigner(t testing.TB, cfg *config.SignerConfiguration, identity string) (stop func()) {
 	t.Helper()
 	return runSignerVersion(t, cfg, identity, "")
 }
 
 // runSignerVersion is runSigner speaking a forced PodCertificateRequest
 // API version ("" discovers).
-func runSignerVersion(t *testing.T, cfg *config.SignerConfiguration, identity, version string) (stop func()) {
+func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, version string) (stop func()) {
 	t.Helper()
 	reg, err := all.NewRegistry(all.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	logPath := filepath.Join(t.TempDir(), identity+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
 	healthCh := make(chan string, 1)
 	go func() {
@@ -124,6 +132,11 @@ func runSignerVersion(t *testing.T, cfg *config.SignerConfiguration, identity, v
 			t.Errorf("signer %s did not stop within 30s", identity)
 		}
 		reg.Close()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("signer %s log:\n%s", identity, b)
+		}
 	}
 	t.Cleanup(stop)
 	select {
@@ -151,7 +164,7 @@ type pcrOptions struct {
 }
 
 // createPCR has the node create a PCR for w's pod and returns it and the key.
-func createPCR(t *testing.T, ctx context.Context, w *controlplane.WorkloadObjects, signerName string, o pcrOptions) (*certv1.PodCertificateRequest, crypto.Signer) {
+func createPCR(t testing.TB, ctx context.Context, w *controlplane.WorkloadObjects, signerName string, o pcrOptions) (*certv1.PodCertificateRequest, crypto.Signer) {
 	t.Helper()
 	if o.keyType == "" {
 		o.keyType = nodehelper.KeyTypeECDSAP256
@@ -174,7 +187,7 @@ func createPCR(t *testing.T, ctx context.Context, w *controlplane.WorkloadObject
 }
 
 // waitTerminal polls until the PCR has a terminal condition.
-func waitTerminal(t *testing.T, ctx context.Context, p *certv1.PodCertificateRequest, timeout time.Duration) *certv1.PodCertificateRequest {
+func waitTerminal(t testing.TB, ctx context.Context, p *certv1.PodCertificateRequest, timeout time.Duration) *certv1.PodCertificateRequest {
 	t.Helper()
 	var got *certv1.PodCertificateRequest
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
