@@ -90,14 +90,20 @@ func baseConfig(t testing.TB, signers ...config.Signer) *config.SignerConfigurat
 
 // runSigner runs keyward's signer in this process until the test ends (or
 // stop is called) and waits until it is ready.
-func runSigner(t testing.TB, cfg *config.SignerConfiguration, identity string) (stop func()) {
+func runSigner(t testing.TB, cfg *config.SignerConfiguration, identity string) *runningSigner {
 	t.Helper()
 	return runSignerVersion(t, cfg, identity, "")
 }
 
+// runningSigner is a signer started by runSigner.
+type runningSigner struct {
+	Stop                    func()
+	MetricsAddr, HealthAddr string
+}
+
 // runSignerVersion is runSigner speaking a forced PodCertificateRequest
 // API version ("" discovers).
-func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, version string) (stop func()) {
+func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, version string) *runningSigner {
 	t.Helper()
 	reg, err := all.NewRegistry(all.Options{})
 	if err != nil {
@@ -111,13 +117,13 @@ func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, v
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
-	healthCh := make(chan string, 1)
+	addrs := make(chan [2]string, 1)
 	go func() {
 		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity, PodCertificateVersion: version,
-			Ready: func(_, health string) { healthCh <- health }})
+			Ready: func(metrics, health string) { addrs <- [2]string{metrics, health} }})
 	}()
 	var once bool
-	stop = func() {
+	stop := func() {
 		if once {
 			return
 		}
@@ -140,14 +146,15 @@ func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, v
 	}
 	t.Cleanup(stop)
 	select {
-	case health := <-healthCh:
-		if err := waitReady(health); err != nil && *cfg.LeaderElection.Enabled == false {
+	case a := <-addrs:
+		if err := waitReady(a[1]); err != nil {
 			t.Fatalf("signer %s not ready: %v", identity, err)
 		}
+		return &runningSigner{Stop: stop, MetricsAddr: a[0], HealthAddr: a[1]}
 	case err := <-done:
 		t.Fatalf("signer %s exited: %v", identity, err)
 	}
-	return stop
+	return nil
 }
 
 func waitReady(healthAddr string) error {

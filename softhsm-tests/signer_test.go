@@ -2,6 +2,9 @@ package softhsmtests
 
 import (
 	"bytes"
+	"fmt"
+	"io"
+	"strconv"
 	"crypto/x509"
 	"encoding/pem"
 	"net/http"
@@ -214,4 +217,43 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 			t.Errorf("beginRefreshAt %s after notBefore, want 30m", r.Sub(leaf.NotBefore))
 		}
 	})
+}
+
+// The signer reports issuances, latency, backend signatures and its CA's
+// expiry on /metrics, and answers /healthz and /readyz.
+func TestMetricsAndHealth(t *testing.T) {
+	ctx := testContext(t)
+	suffix := uniqueName(t, "m")
+	name := "keyward.dev/metrics-" + suffix
+	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
+	s := runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
+	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	p, _ := createPCR(t, ctx, w, name, pcrOptions{})
+	waitTerminal(t, ctx, p, 30*time.Second)
+	denied, _ := createPCR(t, ctx, w, name, pcrOptions{annotations: map[string]string{"example.com/x": "y"}})
+	waitTerminal(t, ctx, denied, 30*time.Second)
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if err := httpOK("http://" + s.HealthAddr + path); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+	resp, err := http.Get("http://" + s.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`keyward_pcr_outcomes_total{outcome="Issued",reason="Issued",signer="` + name + `"} 1`,
+		`keyward_pcr_outcomes_total{outcome="Denied",reason="InvalidUnverifiedUserAnnotations",signer="` + name + `"} 1`,
+		`keyward_pcr_latency_seconds_count{signer="` + name + `"} 2`,
+		`keyward_backend_sign_duration_seconds_count{backend="pkcs11"} 1`,
+		fmt.Sprintf(`keyward_ca_not_after_timestamp_seconds{signer="%s"} %s`, name, strconv.FormatFloat(float64(root.NotAfter.Unix()), 'g', -1, 64)),
+		`keyward_pcr_queue_depth 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }

@@ -49,6 +49,8 @@ type request struct {
 	keyErr    error
 
 	terminal bool
+	// seen is when keyward first saw the request (set by sync).
+	seen time.Time
 }
 
 // status is what the controller writes, independent of the version.

@@ -311,7 +311,17 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 
 	c.mu.Lock()
 	cert := c.issued[r.uid]
+	seen, ok := c.firstSeen[r.uid]
 	c.mu.Unlock()
+	if !ok {
+		seen = c.opts.Clock.Now()
+	}
+	// creationTimestamp has whole seconds; trust it only when the request
+	// waited longer than that before keyward saw it (e.g. a failover).
+	if !r.created.IsZero() && seen.Sub(r.created) > time.Second {
+		seen = r.created
+	}
+	r.seen = seen
 	if cert == nil {
 		if d := c.check(s, r); d != nil {
 			return 0, c.deny(ctx, s, r, d.Reason, d.Message)
@@ -521,13 +531,14 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	return nil
 }
 
+// observe counts an outcome and its latency: from when keyward first saw
+// the request, or its creation if that was over a second earlier (read at
+// the start of sync: the watch event of our own status write may already
+// have dropped it).
 func (c *Controller) observe(s *signerState, r *request, outcome, reason string) {
 	c.opts.Metrics.Issuances.WithLabelValues(s.Name, outcome, reason).Inc()
-	c.mu.Lock()
-	seen, ok := c.firstSeen[r.uid]
-	c.mu.Unlock()
-	if ok {
-		c.opts.Metrics.Latency.WithLabelValues(s.Name).Observe(c.opts.Clock.Since(seen).Seconds())
+	if !r.seen.IsZero() {
+		c.opts.Metrics.Latency.WithLabelValues(s.Name).Observe(c.opts.Clock.Since(r.seen).Seconds())
 	}
 }
 
