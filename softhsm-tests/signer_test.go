@@ -2,12 +2,12 @@ package softhsmtests
 
 import (
 	"bytes"
-	"fmt"
-	"io"
-	"strconv"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
