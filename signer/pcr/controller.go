@@ -342,6 +342,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 					return 0, c.fail(ctx, s, r, ReasonSignerUnavailable,
 						fmt.Sprintf("the signer could not reach its CA key for more than %s: %v", c.opts.FailAfter, err))
 				}
+				c.event(r, corev1.EventTypeWarning, "SigningDelayed", "will retry: %v", err)
 				return 0, err
 			default:
 				return 0, c.fail(ctx, s, r, ReasonBackendFailure, err.Error())
