@@ -1,0 +1,161 @@
+package pcr
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"io"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/profile"
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// countingSigner counts signatures made with the CA key.
+type countingSigner struct {
+	backends.Signer
+	n atomic.Int32
+}
+
+func (c *countingSigner) SignContext(ctx context.Context, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	c.n.Add(1)
+	return c.Signer.SignContext(ctx, d, o)
+}
+
+func (c *countingSigner) Sign(r io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	return c.SignContext(context.Background(), d, o)
+}
+
+func testSigner(t *testing.T) (*Signer, *countingSigner) {
+	t.Helper()
+	key, err := file.New().CreateKey(context.Background(), backends.CreateKeyRequest{
+		URI: "file:" + filepath.Join(t.TempDir(), "ca.pem"), Algorithm: backends.ECDSAP256SHA256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "ca", Lifetime: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingSigner{Signer: key}
+	auth, err := authority.New(root, nil, counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, _ := profile.New(config.Signer{Profile: config.ProfileSPIFFE, SPIFFE: &config.SPIFFE{TrustDomain: "td"}})
+	return &Signer{Name: "keyward.dev/unit", Authority: auth, Profile: prof, Backend: "file",
+		AllowedKeyTypes: config.AllKeyTypes(), MaxLifetime: 24 * time.Hour, RefreshPoint: 0.5, Backdate: 2 * time.Minute}, counting
+}
+
+func testPCR(t *testing.T, signerName string) *certv1.PodCertificateRequest {
+	key, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := nodehelper.NewPodCertificateRequest(nodehelper.PodRef{Namespace: "ns", Name: "pod", UID: "pod-uid",
+		ServiceAccountName: "sa", ServiceAccountUID: "sa-uid", NodeName: "node", NodeUID: "node-uid"}, signerName, key, nodehelper.PodCertificateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Name, p.GenerateName, p.UID = "pcr-1", "", "pcr-uid"
+	return p
+}
+
+// A status write that loses a conflict is retried with the certificate
+// already signed for that PCR UID: the CA key signs once.
+func TestConflictRetryReusesTheSignedCertificate(t *testing.T) {
+	s, counting := testSigner(t)
+	p := testPCR(t, s.Name)
+	client := fake.NewClientset(p)
+	var writes []*certv1.PodCertificateRequest
+	client.PrependReactor("update", "podcertificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		obj := a.(k8stesting.UpdateAction).GetObject().(*certv1.PodCertificateRequest)
+		writes = append(writes, obj)
+		if len(writes) == 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "podcertificaterequests"}, p.Name, nil)
+		}
+		return false, nil, nil
+	})
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Options{Client: client, Signers: []*Signer{s}, Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.signers[s.Name]
+	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
+	if err := st.informer.GetIndexer().Add(p); err != nil {
+		t.Fatal(err)
+	}
+	key := queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name}
+
+	if _, err := c.sync(context.Background(), key); !apierrors.IsConflict(err) {
+		t.Fatalf("first sync: got %v, want the conflict to be returned for a retry", err)
+	}
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if len(writes) != 2 {
+		t.Fatalf("%d status writes, want 2", len(writes))
+	}
+	if writes[0].Status.CertificateChain != writes[1].Status.CertificateChain {
+		t.Error("the retry wrote a different certificate")
+	}
+	if n := counting.n.Load(); n != 1 {
+		t.Errorf("the CA key signed %d times, want once", n)
+	}
+	if len(c.issued) != 0 {
+		t.Errorf("%d certificates still cached after the write succeeded", len(c.issued))
+	}
+}
+
+// beginRefreshAt is kept 10 minutes inside both ends of the validity.
+func TestRefreshIsClampedTenMinutesFromEitherEnd(t *testing.T) {
+	s, _ := testSigner(t)
+	c := &Controller{opts: Options{Clock: clock.RealClock{}}}
+	for _, tc := range []struct {
+		point float64
+		want  time.Duration
+	}{{0.01, 10 * time.Minute}, {0.5, 30 * time.Minute}, {0.99, 50 * time.Minute}} {
+		s.RefreshPoint = tc.point
+		leaf := signLeaf(t, s, time.Hour)
+		st := c.issuedStatus(&signerState{Signer: s}, leaf)
+		if got := st.beginRefreshAt.Sub(leaf.leaf.NotBefore); got != tc.want {
+			t.Errorf("refresh point %v of 1h: beginRefreshAt at +%s, want +%s", tc.point, got, tc.want)
+		}
+		if !st.notBefore.Time.Equal(leaf.leaf.NotBefore) || !st.notAfter.Time.Equal(leaf.leaf.NotAfter) {
+			t.Error("status times differ from the leaf's")
+		}
+	}
+}
+
+func signLeaf(t *testing.T, s *Signer, lifetime time.Duration) *issuedCert {
+	t.Helper()
+	k, _ := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+	leaf, err := s.Authority.Sign(context.Background(), &x509.Certificate{}, k.Public(), authority.Policy{Lifetime: lifetime, Backdate: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &issuedCert{leaf: leaf}
+}
