@@ -1,0 +1,32 @@
+package softhsmtests
+
+import (
+	"testing"
+
+	"github.com/keyward/keyward/deploy"
+	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/signer/config"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The shipped manifests are accepted by the apiserver, and the
+// configuration in the ConfigMap passes keyward's own validation.
+func TestDeployManifestsApplyAndConfigValidates(t *testing.T) {
+	ctx := testContext(t)
+	manifest, err := deploy.Base.ReadFile("base/signer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
+		t.Fatalf("applying deploy/base/signer.yaml: %v", err)
+	}
+	var cm *corev1.ConfigMap
+	cm, err = cp.AdminClient().CoreV1().ConfigMaps("keyward").Get(ctx, "keyward-signer-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse([]byte(cm.Data["config.yaml"])); err != nil {
+		t.Fatalf("the shipped configuration is invalid: %v", err)
+	}
+}
