@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/signer/config"
+	certv1 "k8s.io/api/certificates/v1"
 	"github.com/keyward/keyward/signer/profile"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -255,5 +256,47 @@ func TestMetricsAndHealth(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// Per-node limits: in deny mode the request over the burst is Denied
+// RateLimited; in delay mode it waits for a token and is Issued.
+func TestRateLimitsDenyOrDelay(t *testing.T) {
+	ctx := testContext(t)
+	suffix := uniqueName(t, "r")
+	deny := "keyward.dev/deny-" + suffix
+	delay := "keyward.dev/delay-" + suffix
+	keyURI, caFile, _ := caInToken(t, "ca-"+suffix)
+	d := signerConfig(deny, config.ProfilePodIdentity, keyURI, caFile)
+	d.RateLimits = config.RateLimits{PerNode: &config.Rate{QPS: 0.01, Burst: 2}, OnLimit: "deny"}
+	l := signerConfig(delay, config.ProfilePodIdentity, keyURI, caFile)
+	l.RateLimits = config.RateLimits{PerNamespace: &config.Rate{QPS: 1, Burst: 1}}
+	runSigner(t, baseConfig(t, d, l), "replica-0")
+	w := podOnNode(t, ctx, uniqueName(t, "node"), deny, delay)
+
+	var outcomes []string
+	for range 3 {
+		p, _ := createPCR(t, ctx, w, deny, pcrOptions{})
+		c := condition(waitTerminal(t, ctx, p, 30*time.Second))
+		outcomes = append(outcomes, c.Type+"/"+c.Reason)
+	}
+	if want := "Issued/Issued Issued/Issued Denied/RateLimited"; strings.Join(outcomes, " ") != want {
+		t.Fatalf("deny mode outcomes %v, want %s", outcomes, want)
+	}
+
+	start := time.Now()
+	var ps []*certv1.PodCertificateRequest
+	for range 3 {
+		p, _ := createPCR(t, ctx, w, delay, pcrOptions{})
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		if c := condition(waitTerminal(t, ctx, p, 30*time.Second)); c.Type != "Issued" {
+			t.Fatalf("delay mode: %s/%s", c.Type, c.Reason)
+		}
+	}
+	// A burst of 1 at 1/s: the third waits about two seconds.
+	if took := time.Since(start); took < 1500*time.Millisecond {
+		t.Fatalf("three requests at 1/s (burst 1) were all issued in %s: not delayed", took)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
@@ -158,4 +159,82 @@ func signLeaf(t *testing.T, s *Signer, lifetime time.Duration) *issuedCert {
 		t.Fatal(err)
 	}
 	return &issuedCert{leaf: leaf}
+}
+
+// failingKey fails every signature with err.
+type failingKey struct {
+	backends.Signer
+	err error
+}
+
+func (f failingKey) SignContext(context.Context, []byte, crypto.SignerOpts) ([]byte, error) {
+	return nil, f.err
+}
+func (f failingKey) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) { return nil, f.err }
+
+// syncOnce runs one sync of p against a fake clientset for a signer whose
+// key fails with keyErr, and returns the PCR as written and the sync error.
+func syncOnce(t *testing.T, keyErr error, failAfter time.Duration, created time.Time) (*certv1.PodCertificateRequest, error) {
+	t.Helper()
+	s, _ := testSigner(t)
+	auth, err := authority.New(s.Authority.Certificate(), nil, failingKey{Signer: s.Authority.Signer(), err: keyErr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Authority = auth
+	p := testPCR(t, s.Name)
+	p.CreationTimestamp = metav1.NewTime(created)
+	client := fake.NewClientset(p)
+	metrics, _ := NewMetrics(prometheus.NewRegistry())
+	c, err := New(Options{Client: client, Signers: []*Signer{s}, Metrics: metrics, FailAfter: failAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.signers[s.Name]
+	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
+	_ = st.informer.GetIndexer().Add(p)
+	_, syncErr := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name})
+	got, err := client.CertificatesV1().PodCertificateRequests(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, syncErr
+}
+
+func TestBackendErrorsBecomeRetriesOrFailures(t *testing.T) {
+	outage := &backends.Error{Kind: backends.ErrTransient, Op: "sign", Err: io.ErrUnexpectedEOF}
+	disabled := &backends.Error{Kind: backends.ErrPermanent, Op: "sign", Err: io.ErrClosedPipe}
+	cases := []struct {
+		name       string
+		err        error
+		failAfter  time.Duration
+		age        time.Duration
+		wantRetry  bool
+		wantReason string
+	}{
+		{name: "a transient error is retried, never Failed by default", err: outage, age: time.Hour, wantRetry: true},
+		{name: "a transient error younger than failAfter is retried", err: outage, failAfter: 10 * time.Minute, age: time.Minute, wantRetry: true},
+		{name: "a transient error older than failAfter is Failed SignerUnavailable", err: outage, failAfter: 10 * time.Minute, age: 11 * time.Minute, wantReason: ReasonSignerUnavailable},
+		{name: "a permanent error is Failed BackendFailure", err: disabled, age: time.Second, wantReason: ReasonBackendFailure},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := syncOnce(t, tc.err, tc.failAfter, time.Now().Add(-tc.age))
+			if tc.wantRetry {
+				if err == nil || len(got.Status.Conditions) != 0 {
+					t.Fatalf("got err=%v status=%+v, want a retry and no status", err, got.Status)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("sync: %v", err)
+			}
+			if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != "Failed" || got.Status.Conditions[0].Reason != tc.wantReason {
+				t.Fatalf("status %+v, want Failed/%s", got.Status.Conditions, tc.wantReason)
+			}
+			if got.Status.CertificateChain != "" || got.Status.NotBefore != nil {
+				t.Error("a Failed status carries certificate fields")
+			}
+		})
+	}
 }
