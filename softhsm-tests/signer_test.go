@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/signer/config"
-	certv1 "k8s.io/api/certificates/v1"
 	"github.com/keyward/keyward/signer/profile"
+	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
