@@ -172,7 +172,7 @@ func (a Algorithm) CheckPublicKey(pub crypto.PublicKey) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: public key %s does not fit algorithm %s", ErrUnsupportedAlgorithm, describeKey(pub), a)
+	return fmt.Errorf("%w: public key %s does not fit algorithm %s", ErrUnsupportedAlgorithm, DescribeKey(pub), a)
 }
 
 // DefaultAlgorithm is the algorithm a local key gets when nothing says
@@ -195,10 +195,11 @@ func DefaultAlgorithm(pub crypto.PublicKey) (Algorithm, error) {
 	case ed25519.PublicKey:
 		return Ed25519, nil
 	}
-	return "", fmt.Errorf("%w: %s (supported: ECDSA P-256/P-384, RSA 2048/3072/4096, Ed25519)", ErrUnsupportedAlgorithm, describeKey(pub))
+	return "", fmt.Errorf("%w: %s (supported: ECDSA P-256/P-384, RSA 2048/3072/4096, Ed25519)", ErrUnsupportedAlgorithm, DescribeKey(pub))
 }
 
-func describeKey(pub crypto.PublicKey) string {
+// DescribeKey names a public key for people: "ECDSA P-256", "RSA 3072", "Ed25519".
+func DescribeKey(pub crypto.PublicKey) string {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		return "ECDSA " + k.Curve.Params().Name

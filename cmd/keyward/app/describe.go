@@ -1,15 +1,13 @@
 package app
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rsa"
 	"crypto/x509"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/signer/profile"
 )
 
@@ -26,7 +24,7 @@ func describeChain(w io.Writer, chain []*x509.Certificate) {
 		fmt.Fprintf(w, "    issuer:    %s\n", c.Issuer.String())
 		fmt.Fprintf(w, "    serial:    %s\n", c.SerialNumber.Text(16))
 		fmt.Fprintf(w, "    validity:  %s .. %s (%s)\n", c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339), c.NotAfter.Sub(c.NotBefore))
-		fmt.Fprintf(w, "    key:       %s, signed with %s\n", keyDescription(c.PublicKey), c.SignatureAlgorithm)
+		fmt.Fprintf(w, "    key:       %s, signed with %s\n", backends.DescribeKey(c.PublicKey), c.SignatureAlgorithm)
 		var sans []string
 		sans = append(sans, c.DNSNames...)
 		for _, u := range c.URIs {
@@ -48,16 +46,4 @@ func orNone(s string) string {
 		return "(empty)"
 	}
 	return s
-}
-
-func keyDescription(pub any) string {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return "ECDSA " + k.Curve.Params().Name
-	case *rsa.PublicKey:
-		return fmt.Sprintf("RSA %d", k.N.BitLen())
-	case ed25519.PublicKey:
-		return "Ed25519"
-	}
-	return fmt.Sprintf("%T", pub)
 }
