@@ -36,10 +36,24 @@ func (o *keyOptions) addFlags(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("uri")
 }
 
-func (o *keyOptions) registry() (*backends.Registry, error) {
+// withKey builds the registry, gets a key from get within --timeout and
+// prints it.
+func (o *keyOptions) withKey(cmd *cobra.Command, get func(context.Context, *backends.Registry) (backends.Signer, error)) error {
 	opts := all.Options{}
 	opts.PKCS11.AllowedModules = o.modules
-	return all.NewRegistry(opts)
+	reg, err := all.NewRegistry(opts)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	s, err := get(ctx, reg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return describeKey(cmd.OutOrStdout(), s)
 }
 
 func newKeyCreateCommand() *cobra.Command {
@@ -53,19 +67,9 @@ func newKeyCreateCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--algorithm: %w", err)
 			}
-			reg, err := o.registry()
-			if err != nil {
-				return err
-			}
-			defer reg.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			s, err := reg.CreateKey(ctx, backends.CreateKeyRequest{URI: o.uri, Algorithm: alg})
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			return describeKey(cmd.OutOrStdout(), s)
+			return o.withKey(cmd, func(ctx context.Context, reg *backends.Registry) (backends.Signer, error) {
+				return reg.CreateKey(ctx, backends.CreateKeyRequest{URI: o.uri, Algorithm: alg})
+			})
 		},
 	}
 	o.addFlags(cmd)
@@ -80,19 +84,9 @@ func newKeyInspectCommand() *cobra.Command {
 		Short: "Print a key's algorithm, version, SPKI fingerprint and public key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reg, err := o.registry()
-			if err != nil {
-				return err
-			}
-			defer reg.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			s, err := reg.Open(ctx, backends.OpenRequest{URI: o.uri})
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			return describeKey(cmd.OutOrStdout(), s)
+			return o.withKey(cmd, func(ctx context.Context, reg *backends.Registry) (backends.Signer, error) {
+				return reg.Open(ctx, backends.OpenRequest{URI: o.uri})
+			})
 		},
 	}
 	o.addFlags(cmd)
