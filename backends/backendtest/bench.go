@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// Concurrent runs op b.N times spread over exactly workers goroutines and
-// reports the rate as "ops/s". (b.RunParallel scales goroutines with
+// Concurrent runs op b.N times spread over exactly workers goroutines,
+// reports the rate as "ops/s" and returns it. (b.RunParallel scales goroutines with
 // GOMAXPROCS; a benchmark of a signer at 1, 2, 4, 16 workers needs exact
 // counts.)
-func Concurrent(b *testing.B, workers int, op func() error) {
+func Concurrent(b *testing.B, workers int, op func() error) float64 {
 	b.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -36,5 +36,7 @@ func Concurrent(b *testing.B, workers int, op func() error) {
 	if err := failed.Load(); err != nil {
 		b.Fatal(*err)
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	rate := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(rate, "ops/s")
+	return rate
 }

@@ -1,0 +1,126 @@
+package gcpkms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"time"
+
+	"github.com/googleapis/gax-go/v2"
+	"github.com/keyward/keyward/backends"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// noClientRetry turns off the client library's own retries (UNAVAILABLE and
+// DEADLINE_EXCEEDED, up to 60s), so that the Provider's policy is the only
+// one and the attempts it counts are the attempts made.
+func noClientRetry() gax.CallOption { return gax.WithRetry(nil) }
+
+// call says what an operation is doing, for errors.
+type call struct {
+	op   string // "open", "sign", "create-key"
+	uri  string
+	part string // the URI part NOT_FOUND and FAILED_PRECONDITION blame
+}
+
+// attempt makes one RPC under actx. It returns nil, or an error built by
+// failed or invalid and whether another attempt may succeed.
+type attempt func(actx context.Context) (retry bool, err error)
+
+// retry runs fn until it succeeds, fails for good, has been tried
+// maxAttempts times, or ctx ends. Each attempt gets CallTimeout within ctx;
+// between attempts it waits a jittered, doubling backoff. When ctx ends
+// first, the error wraps ctx.Err(); when the next wait would outlast ctx's
+// deadline, it returns the last error at once.
+func (p *Provider) retry(ctx context.Context, c call, maxAttempts int, fn attempt) error {
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
+		again, err := fn(actx)
+		cancel()
+		if err == nil || !again || n >= maxAttempts {
+			return err
+		}
+		wait := p.backoff(n)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			return err
+		}
+		if werr := sleep(ctx, wait); werr != nil {
+			// %v: the result is about ctx; the last attempt's error is context.
+			return backends.Wrap(backends.ErrTransient, c.op, c.uri, "", fmt.Errorf("waiting to retry: %w (last attempt: %v)", werr, err))
+		}
+	}
+}
+
+// backoff is the wait after attempt n (1-based): BaseBackoff doubled n-1
+// times, at most MaxBackoff, then drawn uniformly from its upper half.
+func (p *Provider) backoff(n int) time.Duration {
+	d, ceiling := p.opts.Retry.BaseBackoff, p.opts.Retry.MaxBackoff
+	for i := 1; i < n && d < ceiling; i++ {
+		if d > ceiling/2 {
+			d = ceiling
+			break
+		}
+		d *= 2
+	}
+	d = min(d, ceiling)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits d or until ctx ends, and then returns ctx.Err().
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// failed classifies the error of RPC method made under actx within ctx:
+//
+//   - ctx ended: transient, not retried, wraps ctx.Err();
+//   - the attempt's CallTimeout ran out: transient, retried, wraps
+//     context.DeadlineExceeded;
+//   - RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ABORTED:
+//     transient, retried;
+//   - CANCELLED, UNKNOWN: transient, not retried;
+//   - NOT_FOUND: ErrNotFound; every other code: ErrPermanent.
+func (p *Provider) failed(ctx, actx context.Context, c call, method string, err error) (retry bool, _ error) {
+	if cerr := ctx.Err(); cerr != nil {
+		return false, backends.Wrap(backends.ErrTransient, c.op, c.uri, "", fmt.Errorf("calling %s: %w", method, cerr))
+	}
+	if errors.Is(actx.Err(), context.DeadlineExceeded) && status.Code(err) == codes.DeadlineExceeded {
+		return true, backends.Wrap(backends.ErrTransient, c.op, c.uri, "", fmt.Errorf("calling %s: no answer within the %v call timeout: %w", method, p.opts.CallTimeout, context.DeadlineExceeded))
+	}
+	wrapped := fmt.Errorf("calling %s: %w", method, err)
+	switch code := status.Code(err); code {
+	case codes.ResourceExhausted, codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Aborted:
+		return true, backends.Wrap(backends.ErrTransient, c.op, c.uri, "", wrapped)
+	case codes.Canceled, codes.Unknown:
+		return false, backends.Wrap(backends.ErrTransient, c.op, c.uri, "", wrapped)
+	case codes.NotFound:
+		return false, backends.Wrap(backends.ErrNotFound, c.op, c.uri, c.part, wrapped)
+	case codes.FailedPrecondition:
+		return false, backends.Wrap(backends.ErrPermanent, c.op, c.uri, c.part, wrapped)
+	default: // PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT, …
+		return false, backends.Wrap(backends.ErrPermanent, c.op, c.uri, "", wrapped)
+	}
+}
+
+// invalid is a response that failed an integrity check (checksum, name):
+// transient and retried, since the next answer may be sound.
+func invalid(c call, method, format string, args ...any) (retry bool, _ error) {
+	return true, backends.Errorf(backends.ErrTransient, c.op, c.uri, "", "checking %s response: %s", method, fmt.Sprintf(format, args...))
+}
+
+// crc32c is the CRC32C (Castagnoli) checksum Cloud KMS uses, as its API
+// carries it.
+func crc32c(b []byte) int64 {
+	return int64(crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+}
