@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/internal/softhsm"
 )
 
@@ -31,15 +33,26 @@ func TestKeyCreateThenInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gcp, err := gcpkmsfake.Start(gcpkmsfake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gcp.Close()
+	gcpKey := "projects/p/locations/global/keyRings/ca/cryptoKeys/cli"
+	if err := gcp.AddCryptoKey(gcpKey, kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name, uri, algorithm string
+		flags                []string
 	}{
-		{"file", "file:" + filepath.Join(t.TempDir(), "ca.pem"), "ecdsa-p384-sha384"},
-		{"pkcs11", "pkcs11:token=cli;object=ca?module-path=" + tok.ModulePath + "&pin-source=file:" + tok.PINFile, "rsa-2048-pss-sha256"},
+		{name: "file", uri: "file:" + filepath.Join(t.TempDir(), "ca.pem"), algorithm: "ecdsa-p384-sha384"},
+		{name: "pkcs11", uri: "pkcs11:token=cli;object=ca?module-path=" + tok.ModulePath + "&pin-source=file:" + tok.PINFile, algorithm: "rsa-2048-pss-sha256"},
+		{name: "gcpkms", uri: "gcpkms:" + gcpKey, algorithm: "ecdsa-p256-sha256", flags: []string{"--gcpkms-emulator", gcp.Addr()}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			created, err := runKeyward(t, "key", "create", "--uri", tc.uri, "--algorithm", tc.algorithm)
+			created, err := runKeyward(t, append([]string{"key", "create", "--uri", tc.uri, "--algorithm", tc.algorithm}, tc.flags...)...)
 			if err != nil {
 				t.Fatalf("create: %v\n%s", err, created)
 			}
@@ -47,7 +60,7 @@ func TestKeyCreateThenInspect(t *testing.T) {
 			if uri == "" || field(created, "algorithm:") != tc.algorithm {
 				t.Fatalf("create printed:\n%s", created)
 			}
-			inspected, err := runKeyward(t, "key", "inspect", "--uri", uri)
+			inspected, err := runKeyward(t, append([]string{"key", "inspect", "--uri", uri}, tc.flags...)...)
 			if err != nil {
 				t.Fatalf("inspect %s: %v\n%s", uri, err, inspected)
 			}
