@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/backends/file"
 	"github.com/keyward/keyward/backends/gcpkms"
 	"github.com/keyward/keyward/backends/pkcs11"
@@ -14,6 +15,7 @@ import (
 type Options struct {
 	PKCS11 pkcs11.Options
 	GCPKMS gcpkms.Options
+	AWSKMS awskms.Options
 }
 
 // NewRegistry returns a registry with every backend. It does no I/O:
@@ -27,5 +29,9 @@ func NewRegistry(opts Options) (*backends.Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuring gcpkms backend: %w", err)
 	}
-	return backends.NewRegistry(file.New(), p11, gcp)
+	aws, err := awskms.New(opts.AWSKMS)
+	if err != nil {
+		return nil, fmt.Errorf("configuring awskms backend: %w", err)
+	}
+	return backends.NewRegistry(file.New(), p11, gcp, aws)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/internal/softhsm"
 )
@@ -42,6 +43,15 @@ func TestKeyCreateThenInspect(t *testing.T) {
 	if err := gcp.AddCryptoKey(gcpKey, kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256); err != nil {
 		t.Fatal(err)
 	}
+	// awskms reads credentials the SDK's default way: here, from the
+	// environment, with shared files and instance metadata out of reach.
+	awsKMS := awskmsfake.Start(awskmsfake.Options{})
+	defer awsKMS.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", awskmsfake.AccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", awskmsfake.SecretAccessKey)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	cases := []struct {
 		name, uri, algorithm string
 		flags                []string
@@ -49,6 +59,7 @@ func TestKeyCreateThenInspect(t *testing.T) {
 		{name: "file", uri: "file:" + filepath.Join(t.TempDir(), "ca.pem"), algorithm: "ecdsa-p384-sha384"},
 		{name: "pkcs11", uri: "pkcs11:token=cli;object=ca?module-path=" + tok.ModulePath + "&pin-source=file:" + tok.PINFile, algorithm: "rsa-2048-pss-sha256"},
 		{name: "gcpkms", uri: "gcpkms:" + gcpKey, algorithm: "ecdsa-p256-sha256", flags: []string{"--gcpkms-emulator", gcp.Addr()}},
+		{name: "awskms", uri: "awskms:region=eu-west-1;description=cli?endpoint=" + awsKMS.URL(), algorithm: "rsa-3072-pss-sha384"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

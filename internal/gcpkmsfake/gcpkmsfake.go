@@ -158,16 +158,16 @@ func (s *Server) ClientOptions() []option.ClientOption {
 // name is "projects/P/locations/L/keyRings/R/cryptoKeys/K".
 func (s *Server) AddCryptoKey(name string, alg Algorithm) error {
 	if !validName(name, 8) {
-		return fmt.Errorf("fakekms: %q is not a crypto key name", name)
+		return fmt.Errorf("gcpkmsfake: %q is not a crypto key name", name)
 	}
 	sp, ok := specs()[alg]
 	if !ok {
-		return fmt.Errorf("fakekms: algorithm %s is not modelled", alg)
+		return fmt.Errorf("gcpkmsfake: algorithm %s is not modelled", alg)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.keys[name]; dup {
-		return fmt.Errorf("fakekms: crypto key %s exists", name)
+		return fmt.Errorf("gcpkmsfake: crypto key %s exists", name)
 	}
 	s.keys[name] = &kmspb.CryptoKey{
 		Name:       name,
@@ -198,7 +198,7 @@ func (s *Server) SetState(versionName string, st State) error {
 	defer s.mu.Unlock()
 	v, ok := s.versions[versionName]
 	if !ok {
-		return fmt.Errorf("fakekms: no key version %s", versionName)
+		return fmt.Errorf("gcpkmsfake: no key version %s", versionName)
 	}
 	v.pb.State = st
 	return nil
@@ -271,7 +271,7 @@ func (s *Server) begin(ctx context.Context, method string) (Fault, error) {
 		}
 	}
 	if f.Code != codes.OK {
-		return f, status.Errorf(f.Code, "fakekms: injected %s", f.Code)
+		return f, status.Errorf(f.Code, "gcpkmsfake: injected %s", f.Code)
 	}
 	return f, nil
 }
@@ -283,7 +283,7 @@ func (s *Server) GetCryptoKey(ctx context.Context, req *kmspb.GetCryptoKeyReques
 		return nil, err
 	}
 	if !validName(req.GetName(), 8) {
-		return nil, status.Errorf(codes.InvalidArgument, "fakekms: %q is not a crypto key name", req.GetName())
+		return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %q is not a crypto key name", req.GetName())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -341,7 +341,7 @@ func (s *Server) GetPublicKey(ctx context.Context, req *kmspb.GetPublicKeyReques
 	}
 	der, err := x509.MarshalPKIXPublicKey(v.key.Public())
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "fakekms: encoding public key: %v", err)
+		return nil, status.Errorf(codes.Internal, "gcpkmsfake: encoding public key: %v", err)
 	}
 	p := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 	sum := crc32c([]byte(p))
@@ -369,7 +369,7 @@ func (s *Server) CreateCryptoKeyVersion(ctx context.Context, req *kmspb.CreateCr
 		return nil, err
 	}
 	if !validName(req.GetParent(), 8) {
-		return nil, status.Errorf(codes.InvalidArgument, "fakekms: %q is not a crypto key name", req.GetParent())
+		return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %q is not a crypto key name", req.GetParent())
 	}
 	v, err := s.newVersion(req.GetParent(), kmspb.CryptoKeyVersion_PENDING_GENERATION)
 	if err != nil {
@@ -397,24 +397,24 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 	}
 	sp := specs()[v.pb.GetAlgorithm()]
 	if sp.purpose != kmspb.CryptoKey_ASYMMETRIC_SIGN {
-		return nil, status.Errorf(codes.FailedPrecondition, "fakekms: %s is a %s key, not ASYMMETRIC_SIGN", req.GetName(), sp.purpose)
+		return nil, status.Errorf(codes.FailedPrecondition, "gcpkmsfake: %s is a %s key, not ASYMMETRIC_SIGN", req.GetName(), sp.purpose)
 	}
 	resp := &kmspb.AsymmetricSignResponse{Name: v.pb.GetName(), ProtectionLevel: v.pb.GetProtectionLevel()}
 	var msg []byte
 	if sp.hash == 0 {
 		if req.GetDigest() != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "fakekms: %s signs data, not a digest", v.pb.GetAlgorithm())
+			return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %s signs data, not a digest", v.pb.GetAlgorithm())
 		}
 		msg = req.GetData()
 		if c := req.GetDataCrc32C(); c != nil {
 			if c.GetValue() != crc32c(msg) {
-				return nil, status.Errorf(codes.InvalidArgument, "fakekms: data_crc32c does not match the data")
+				return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: data_crc32c does not match the data")
 			}
 			resp.VerifiedDataCrc32C = true
 		}
 	} else {
 		if len(req.GetData()) > 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "fakekms: %s signs a digest, not data", v.pb.GetAlgorithm())
+			return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %s signs a digest, not data", v.pb.GetAlgorithm())
 		}
 		switch sp.hash {
 		case crypto.SHA256:
@@ -425,11 +425,11 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 			msg = req.GetDigest().GetSha512()
 		}
 		if len(msg) != sp.hash.Size() {
-			return nil, status.Errorf(codes.InvalidArgument, "fakekms: %s needs a %v digest of %d bytes", v.pb.GetAlgorithm(), sp.hash, sp.hash.Size())
+			return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %s needs a %v digest of %d bytes", v.pb.GetAlgorithm(), sp.hash, sp.hash.Size())
 		}
 		if c := req.GetDigestCrc32C(); c != nil {
 			if c.GetValue() != crc32c(msg) {
-				return nil, status.Errorf(codes.InvalidArgument, "fakekms: digest_crc32c does not match the digest")
+				return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: digest_crc32c does not match the digest")
 			}
 			resp.VerifiedDigestCrc32C = true
 		}
@@ -443,7 +443,7 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 	}
 	sig, err := sign(v.key, sp, msg)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "fakekms: signing: %v", err)
+		return nil, status.Errorf(codes.Internal, "gcpkmsfake: signing: %v", err)
 	}
 	resp.Signature = sig
 	sum := crc32c(sig)
@@ -478,7 +478,7 @@ func (s *Server) newVersion(keyName string, st State) (*version, error) {
 	sp := specs()[alg]
 	key, err := s.generate(sp.shape)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "fakekms: generating %s key: %v", alg, err)
+		return nil, status.Errorf(codes.Internal, "gcpkmsfake: generating %s key: %v", alg, err)
 	}
 	v := &version{
 		pb: &kmspb.CryptoKeyVersion{
@@ -504,7 +504,7 @@ func (s *Server) newVersion(keyName string, st State) (*version, error) {
 // version finds a key version; s.mu is held.
 func (s *Server) version(name string) (*version, error) {
 	if !validName(name, 10) {
-		return nil, status.Errorf(codes.InvalidArgument, "fakekms: %q is not a crypto key version name", name)
+		return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %q is not a crypto key version name", name)
 	}
 	v, ok := s.versions[name]
 	if !ok {
