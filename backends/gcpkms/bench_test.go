@@ -40,3 +40,26 @@ func BenchmarkSignAt20msLatency(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSignWithoutLatency is the provider's and the fake's CPU cost per
+// signature (both share the machine): gRPC, CRC32C, the fake's signing and
+// the local verification, at 1 and 32 workers.
+func BenchmarkSignWithoutLatency(b *testing.B) {
+	alg := backends.ECDSAP256SHA256
+	srv := startFake(b, gcpkmsfake.Options{})
+	p := newProvider(b, srv, gcpkms.Options{})
+	uri := addKey(b, srv, "bench", kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256)
+	s, err := p.Open(context.Background(), backends.OpenRequest{URI: uri})
+	if err != nil {
+		b.Fatal(err)
+	}
+	digest := sha256.Sum256([]byte("keyward"))
+	for _, workers := range []int{1, 32} {
+		b.Run(fmt.Sprintf("%s/workers=%d", alg, workers), func(b *testing.B) {
+			backendtest.Concurrent(b, workers, func() error {
+				_, err := s.SignContext(context.Background(), digest[:], alg.SignerOpts())
+				return err
+			})
+		})
+	}
+}

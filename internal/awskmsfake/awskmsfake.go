@@ -36,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keyward/keyward/internal/faults"
 )
 
 // The KMS actions the server serves, counts and injects faults into.
@@ -48,7 +50,7 @@ const (
 
 // Always, as Inject's times, injects the fault into every call until
 // ClearFaults.
-const Always = -1
+const Always = faults.Always
 
 // Credentials the server accepts (in the SigV4 Authorization header).
 const (
@@ -140,16 +142,16 @@ type CreateKeyRequest struct {
 
 // Server is the fake AWS KMS.
 type Server struct {
+	// Injector gives the Server SetLatency, Inject, ClearFaults and Calls,
+	// keyed by action name.
+	faults.Injector[Fault]
+
 	opts Options
 	srv  *httptest.Server
 
 	mu       sync.Mutex
 	keys     map[string]*key   // by key id
 	aliases  map[string]string // region + "/" + alias name → key id
-	latency  time.Duration
-	faults   map[string][]Fault
-	always   map[string]Fault
-	calls    map[string]int
 	signs    []SignRequest
 	creates  []CreateKeyRequest
 	material map[string]crypto.Signer // ReuseKeyMaterial: by key spec
@@ -168,9 +170,6 @@ func Start(opts Options) *Server {
 		opts:     opts,
 		keys:     map[string]*key{},
 		aliases:  map[string]string{},
-		faults:   map[string][]Fault{},
-		always:   map[string]Fault{},
-		calls:    map[string]int{},
 		material: map[string]crypto.Signer{},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -229,43 +228,6 @@ func (s *Server) SetKeyState(keyID, state string) error {
 	k.meta.KeyState = state
 	k.meta.Enabled = state == "Enabled"
 	return nil
-}
-
-// SetLatency delays every later call by d before it is answered.
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
-// Inject makes the next times calls of action (Always: every call) fail
-// with f. Faults queue up in the order injected.
-func (s *Server) Inject(action string, f Fault, times int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if times == Always {
-		s.always[action] = f
-		return
-	}
-	for range times {
-		s.faults[action] = append(s.faults[action], f)
-	}
-}
-
-// ClearFaults removes every injected fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = map[string][]Fault{}
-	s.always = map[string]Fault{}
-}
-
-// Calls is how many calls of action the server has received, faulted ones
-// included.
-func (s *Server) Calls(action string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[action]
 }
 
 // SignRequests are the Sign calls received that were not faulted before
@@ -372,23 +334,9 @@ func (s *Server) readRequest(r *http.Request) (action, region string, body []byt
 // begin counts a call, takes its fault, waits the latency, and fails the
 // call if the fault says so.
 func (s *Server) begin(ctx context.Context, action string) (Fault, *apiError) {
-	s.mu.Lock()
-	s.calls[action]++
-	f, ok := s.always[action]
-	if !ok && len(s.faults[action]) > 0 {
-		f = s.faults[action][0]
-		s.faults[action] = s.faults[action][1:]
-	}
-	latency := s.latency
-	s.mu.Unlock()
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done(): // the client gave up; nobody reads the answer
-			return f, fail("RequestTimeoutException", "the client went away")
-		}
+	f, err := s.Injector.Begin(ctx, action)
+	if err != nil { // the client gave up; nobody reads the answer
+		return f, fail("RequestTimeoutException", "the client went away")
 	}
 	if f.Code != "" {
 		status := f.Status

@@ -28,9 +28,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/keyward/keyward/internal/faults"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,7 +52,7 @@ const (
 
 // Always, as Inject's times, injects the fault into every call until
 // ClearFaults.
-const Always = -1
+const Always = faults.Always
 
 // Algorithm is a Cloud KMS key version algorithm.
 type Algorithm = kmspb.CryptoKeyVersion_CryptoKeyVersionAlgorithm
@@ -89,6 +89,9 @@ type Options struct {
 // Server is the fake Cloud KMS.
 type Server struct {
 	kmspb.UnimplementedKeyManagementServiceServer
+	// Injector gives the Server SetLatency, Inject, ClearFaults and Calls,
+	// keyed by method name.
+	faults.Injector[Fault]
 
 	opts Options
 	srv  *grpc.Server
@@ -98,10 +101,6 @@ type Server struct {
 	keys         map[string]*kmspb.CryptoKey // by name
 	next         map[string]int              // next version number, by key name
 	versions     map[string]*version         // by name
-	latency      time.Duration
-	faults       map[string][]Fault
-	always       map[string]Fault
-	calls        map[string]int
 	pendingPolls int
 	generated    State
 	shared       map[string]crypto.Signer // ReuseKeys: by shape
@@ -127,9 +126,6 @@ func Start(opts Options) (*Server, error) {
 		keys:      map[string]*kmspb.CryptoKey{},
 		next:      map[string]int{},
 		versions:  map[string]*version{},
-		faults:    map[string][]Fault{},
-		always:    map[string]Fault{},
-		calls:     map[string]int{},
 		generated: kmspb.CryptoKeyVersion_ENABLED,
 		shared:    map[string]crypto.Signer{},
 	}
@@ -213,62 +209,12 @@ func (s *Server) SetGeneration(polls int, final State) {
 	s.pendingPolls, s.generated = polls, final
 }
 
-// SetLatency delays every answer by d (or until the call's deadline).
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
-// Inject queues f for the next times calls of method, after the faults
-// already queued; times Always injects it into every call.
-func (s *Server) Inject(method string, f Fault, times int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if times == Always {
-		s.always[method] = f
-		return
-	}
-	for range times {
-		s.faults[method] = append(s.faults[method], f)
-	}
-}
-
-// ClearFaults drops every injected fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	clear(s.faults)
-	clear(s.always)
-}
-
-// Calls is how many calls of method the server has received.
-func (s *Server) Calls(method string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[method]
-}
-
 // begin counts a call, takes its fault, waits the latency, and fails the
 // call if the fault or the call's context says so.
 func (s *Server) begin(ctx context.Context, method string) (Fault, error) {
-	s.mu.Lock()
-	s.calls[method]++
-	f, ok := s.always[method]
-	if !ok && len(s.faults[method]) > 0 {
-		f = s.faults[method][0]
-		s.faults[method] = s.faults[method][1:]
-	}
-	latency := s.latency
-	s.mu.Unlock()
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return f, status.FromContextError(ctx.Err()).Err()
-		}
+	f, err := s.Injector.Begin(ctx, method)
+	if err != nil {
+		return f, status.FromContextError(err).Err()
 	}
 	if f.Code != codes.OK {
 		return f, status.Errorf(f.Code, "gcpkmsfake: injected %s", f.Code)
