@@ -95,7 +95,7 @@ func (p *Provider) failed(ctx, actx context.Context, c call, method string, err 
 	if cerr := ctx.Err(); cerr != nil {
 		return false, backends.Wrap(backends.ErrTransient, c.op, c.uri, "", fmt.Errorf("calling %s: %w", method, cerr))
 	}
-	if errors.Is(actx.Err(), context.DeadlineExceeded) && status.Code(err) == codes.DeadlineExceeded {
+	if status.Code(err) == codes.DeadlineExceeded && timedOut(actx) {
 		return true, backends.Wrap(backends.ErrTransient, c.op, c.uri, "", fmt.Errorf("calling %s: no answer within the %v call timeout: %w", method, p.opts.CallTimeout, context.DeadlineExceeded))
 	}
 	wrapped := fmt.Errorf("calling %s: %w", method, err)
@@ -123,4 +123,20 @@ func invalid(c call, method, format string, args ...any) (retry bool, _ error) {
 // carries it.
 func crc32c(b []byte) int64 {
 	return int64(crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// deadlineSlack is how close to its deadline an attempt that failed with
+// DEADLINE_EXCEEDED counts as timed out. The server enforces the deadline
+// the client sent (grpc-timeout) with its own clock, and the client's
+// context is cancelled by a timer that may run late on a busy machine, so
+// the error can arrive a moment before actx.Err() is set.
+const deadlineSlack = 5 * time.Millisecond
+
+// timedOut reports whether the attempt under actx ran out of its time.
+func timedOut(actx context.Context) bool {
+	if errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	deadline, ok := actx.Deadline()
+	return ok && time.Until(deadline) < deadlineSlack
 }
