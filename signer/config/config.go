@@ -49,7 +49,10 @@ type SignerConfiguration struct {
 	// request into Failed/SignerUnavailable. Zero (the default) never does:
 	// kubelet treats Failed as permanent.
 	FailAfter metav1.Duration `json:"failAfter,omitempty"`
-	Signers   []Signer        `json:"signers"`
+	// Backends tunes the key backends (session pools, KMS endpoints and
+	// timeouts).
+	Backends Backends `json:"backends,omitempty"`
+	Signers  []Signer `json:"signers"`
 }
 
 // KubeClient says how to reach the apiserver.
@@ -266,6 +269,7 @@ func (c *SignerConfiguration) Validate() field.ErrorList {
 	if c.FailAfter.Duration < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("failAfter"), c.FailAfter.Duration.String(), "must not be negative"))
 	}
+	errs = append(errs, c.Backends.validate(field.NewPath("backends"))...)
 	le := c.LeaderElection
 	lp := field.NewPath("leaderElection")
 	if !(le.LeaseDuration.Duration > le.RenewDeadline.Duration && le.RenewDeadline.Duration > le.RetryPeriod.Duration && le.RetryPeriod.Duration > 0) {

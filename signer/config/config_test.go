@@ -24,6 +24,9 @@ func TestFullExampleLoadsWithDefaults(t *testing.T) {
 	if len(spiffe.AllowedKeyTypes) != 6 {
 		t.Errorf("default key types = %v, want all six the apiserver accepts", spiffe.AllowedKeyTypes)
 	}
+	if b := cfg.Backends; b.PKCS11.MaxSessions != 32 || b.GCPKMS.Endpoint != "cloudkms.googleapis.com:443" || b.AWSKMS.MaxAttempts != 4 {
+		t.Errorf("backends section: %+v", b)
+	}
 	if !*cfg.LeaderElection.Enabled || cfg.LeaderElection.LeaseName != "keyward-signer" {
 		t.Errorf("leader election defaults: %+v", cfg.LeaderElection)
 	}
@@ -57,6 +60,14 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a SPIFFE signer without a trust domain", "trustDomain: cluster.local", "trustDomain: ''", "signers[1].spiffe.trustDomain"},
 		{"a server signer not reading its annotation", "unverifiedUserAnnotations: [keyward.dev/dns-names]", "unverifiedUserAnnotations: [example.com/x]", "signers[2].unverifiedUserAnnotations"},
 		{"an unknown DNS placeholder", "{serviceAccount}.{namespace}.svc", "{pod}.{namespace}.svc", "signers[2].server.allowedDNSNames[0]"},
+		{"a relative PKCS#11 module path", "[/usr/lib/softhsm/libsofthsm2.so]", "[libsofthsm2.so]", "backends.pkcs11.allowedModules[0]"},
+		{"a duplicate PKCS#11 module path", "[/usr/lib/softhsm/libsofthsm2.so]", "[/usr/lib/softhsm/libsofthsm2.so, /usr/lib/softhsm/libsofthsm2.so]", "backends.pkcs11.allowedModules[1]"},
+		{"a negative session pool", "maxSessions: 32", "maxSessions: -1", "backends.pkcs11.maxSessions"},
+		{"a negative pool wait", "poolWaitTimeout: 3s", "poolWaitTimeout: -3s", "backends.pkcs11.poolWaitTimeout"},
+		{"a Cloud KMS endpoint without a port", "endpoint: cloudkms.googleapis.com:443", "endpoint: cloudkms.googleapis.com", "backends.gcpkms.endpoint"},
+		{"a Cloud KMS endpoint given as a URL", "endpoint: cloudkms.googleapis.com:443", "endpoint: https://cloudkms.googleapis.com:443", "backends.gcpkms.endpoint"},
+		{"a negative AWS KMS attempt count", "  awskms:\n    callTimeout: 5s\n    maxAttempts: 4", "  awskms:\n    callTimeout: 5s\n    maxAttempts: -4", "backends.awskms.maxAttempts"},
+		{"an unknown backend field", "maxSessions: 32", "maxSessions: 32\n    slot: 0", `"slot"`},
 		{"a rate limit without qps", "perNode: {qps: 10, burst: 20}", "perNode: {qps: 0, burst: 20}", "signers[2].rateLimits.perNode"},
 		{"an unknown limit action", "onLimit: deny", "onLimit: drop", "signers[2].rateLimits.onLimit"},
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},

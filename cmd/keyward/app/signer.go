@@ -10,6 +10,7 @@ import (
 	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/spf13/cobra"
+	"google.golang.org/api/option"
 	"k8s.io/klog/v2"
 )
 
@@ -41,9 +42,7 @@ func newSignerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := all.Options{}
-			opts.PKCS11.AllowedModules = o.modules
-			reg, err := all.NewRegistry(opts)
+			reg, err := all.NewRegistry(backendOptions(cfg.Backends, o.modules))
 			if err != nil {
 				return err
 			}
@@ -59,4 +58,24 @@ func newSignerCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.identity, "identity", "", "this replica's name in the leader Lease (default: hostname)")
 	cmd.Flags().StringSliceVar(&o.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: SoftHSM2's usual paths)")
 	return cmd
+}
+
+// backendOptions turns the configuration's backends section into registry
+// options; modules, the --pkcs11-module flag, replaces its allowedModules.
+func backendOptions(b config.Backends, modules []string) all.Options {
+	var opts all.Options
+	opts.PKCS11.AllowedModules = b.PKCS11.AllowedModules
+	if len(modules) > 0 {
+		opts.PKCS11.AllowedModules = modules
+	}
+	opts.PKCS11.MaxSessions = b.PKCS11.MaxSessions
+	opts.PKCS11.PoolWaitTimeout = b.PKCS11.PoolWaitTimeout.Duration
+	if b.GCPKMS.Endpoint != "" {
+		opts.GCPKMS.ClientOptions = []option.ClientOption{option.WithEndpoint(b.GCPKMS.Endpoint)}
+	}
+	opts.GCPKMS.CallTimeout = b.GCPKMS.CallTimeout.Duration
+	opts.GCPKMS.Retry.MaxAttempts = b.GCPKMS.MaxAttempts
+	opts.AWSKMS.CallTimeout = b.AWSKMS.CallTimeout.Duration
+	opts.AWSKMS.Retry.MaxAttempts = b.AWSKMS.MaxAttempts
+	return opts
 }

@@ -1,0 +1,37 @@
+package app
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/signer/config"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The backends section reaches the registry's options; the flag replaces
+// the module allowlist; an empty section leaves every default.
+func TestBackendOptionsFromConfiguration(t *testing.T) {
+	b := config.Backends{
+		PKCS11: config.PKCS11Backend{AllowedModules: []string{"/opt/hsm/lib.so"}, MaxSessions: 32, PoolWaitTimeout: metav1.Duration{Duration: 3 * time.Second}},
+		GCPKMS: config.GCPKMSBackend{Endpoint: "kms.example.internal:443", CallTimeout: metav1.Duration{Duration: 4 * time.Second}, MaxAttempts: 3},
+		AWSKMS: config.AWSKMSBackend{CallTimeout: metav1.Duration{Duration: 6 * time.Second}, MaxAttempts: 7},
+	}
+	o := backendOptions(b, nil)
+	if !slices.Equal(o.PKCS11.AllowedModules, []string{"/opt/hsm/lib.so"}) || o.PKCS11.MaxSessions != 32 || o.PKCS11.PoolWaitTimeout != 3*time.Second {
+		t.Errorf("pkcs11 options: %+v", o.PKCS11)
+	}
+	if len(o.GCPKMS.ClientOptions) != 1 || o.GCPKMS.CallTimeout != 4*time.Second || o.GCPKMS.Retry.MaxAttempts != 3 {
+		t.Errorf("gcpkms options: %+v", o.GCPKMS)
+	}
+	if o.AWSKMS.CallTimeout != 6*time.Second || o.AWSKMS.Retry.MaxAttempts != 7 {
+		t.Errorf("awskms options: %+v", o.AWSKMS)
+	}
+	if o := backendOptions(b, []string{"/flag/lib.so"}); !slices.Equal(o.PKCS11.AllowedModules, []string{"/flag/lib.so"}) {
+		t.Errorf("--pkcs11-module did not replace the configured modules: %v", o.PKCS11.AllowedModules)
+	}
+	o = backendOptions(config.Backends{}, nil)
+	if o.PKCS11.AllowedModules != nil || o.PKCS11.MaxSessions != 0 || o.GCPKMS.ClientOptions != nil || o.AWSKMS.CallTimeout != 0 {
+		t.Errorf("an empty section set options: %+v", o)
+	}
+}
