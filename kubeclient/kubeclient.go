@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -78,7 +79,8 @@ type LeaderElection struct {
 // RunLeader runs lead while this replica holds the Lease. When leadership is
 // lost, lead's context is canceled and RunLeader returns an error: the
 // caller exits, so no two replicas ever issue at once. It returns nil when
-// ctx ends.
+// ctx ends. Either way it returns only after lead has returned, so that the
+// caller may close what lead uses (keys, event sinks) once it is back.
 func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElection, lead func(context.Context)) error {
 	id := le.Identity
 	if id == "" {
@@ -92,6 +94,14 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 	}
 	logger := klog.FromContext(ctx).WithValues("lease", le.Namespace+"/"+le.Name, "identity", id)
 	lost := make(chan struct{})
+	// client-go starts OnStartedLeading in a goroutine and does not wait
+	// for it; running tracks it, and stopped keeps a call that starts after
+	// the elector has returned from running lead at all.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		running sync.WaitGroup
+	)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   le.LeaseDuration,
@@ -101,6 +111,14 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
+				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					return
+				}
+				running.Add(1)
+				mu.Unlock()
+				defer running.Done()
 				logger.Info("Leading")
 				if le.OnLeading != nil {
 					le.OnLeading()
@@ -123,6 +141,10 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 	}
 	elector.Run(ctx)
 	<-lost
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	running.Wait()
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -116,7 +116,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	logger.Info("Serving PodCertificateRequests", "version", "certificates.k8s.io/"+version, "signers", len(signers))
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	// Not cancelled with ctx: workers finishing their last requests after a
+	// shutdown began still record their Events; Shutdown, deferred, runs
+	// once the controller has returned.
+	broadcaster := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "keyward-signer"})
