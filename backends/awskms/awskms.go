@@ -91,22 +91,7 @@ type Options struct {
 	// caller's context (default 10s).
 	CallTimeout time.Duration
 	// Retry is the policy for calls that fail transiently.
-	Retry RetryOptions
-}
-
-// RetryOptions bound the SDK's retries of one KMS call. The zero value
-// gives the defaults.
-type RetryOptions struct {
-	// MaxAttempts bounds the attempts of one call, the first included
-	// (default 5; 1 turns retries off).
-	MaxAttempts int
-	// BaseBackoff is the wait before the first retry (default 100ms). Each
-	// later wait doubles, up to MaxBackoff; each is drawn uniformly from
-	// the upper half of that value.
-	BaseBackoff time.Duration
-	// MaxBackoff caps the wait between two attempts (default 5s, or
-	// BaseBackoff if that is longer).
-	MaxBackoff time.Duration
+	Retry backends.RetryPolicy
 }
 
 // Provider opens AWS KMS keys. It is safe for concurrent use. It loads the
@@ -135,25 +120,14 @@ func New(opts Options) (*Provider, error) {
 	if opts.CallTimeout < 0 {
 		return nil, fmt.Errorf("awskms: CallTimeout (%v) must not be negative", opts.CallTimeout)
 	}
-	r := &opts.Retry
-	if r.MaxAttempts < 0 || r.BaseBackoff < 0 || r.MaxBackoff < 0 {
-		return nil, fmt.Errorf("awskms: Retry.MaxAttempts (%d), BaseBackoff (%v) and MaxBackoff (%v) must not be negative", r.MaxAttempts, r.BaseBackoff, r.MaxBackoff)
-	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 10 * time.Second
 	}
-	if r.MaxAttempts == 0 {
-		r.MaxAttempts = 5
+	retry, err := opts.Retry.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("awskms: %w", err)
 	}
-	if r.BaseBackoff == 0 {
-		r.BaseBackoff = 100 * time.Millisecond
-	}
-	if r.MaxBackoff == 0 {
-		r.MaxBackoff = max(5*time.Second, r.BaseBackoff)
-	}
-	if r.MaxBackoff < r.BaseBackoff {
-		return nil, fmt.Errorf("awskms: Retry.MaxBackoff (%v) is shorter than BaseBackoff (%v)", r.MaxBackoff, r.BaseBackoff)
-	}
+	opts.Retry = retry
 	if opts.Config != nil {
 		cfg := opts.Config.Copy()
 		opts.Config = &cfg

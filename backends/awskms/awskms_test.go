@@ -308,8 +308,8 @@ func TestURIErrorsNameThePartAtFault(t *testing.T) {
 func TestNewValidatesOptionsAndDoesNoIO(t *testing.T) {
 	for _, opts := range []awskms.Options{
 		{CallTimeout: -time.Second},
-		{Retry: awskms.RetryOptions{MaxAttempts: -1}},
-		{Retry: awskms.RetryOptions{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}},
+		{Retry: backends.RetryPolicy{MaxAttempts: -1}},
+		{Retry: backends.RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}},
 	} {
 		if _, err := awskms.New(opts); err == nil {
 			t.Errorf("New(%+v) succeeded", opts)
@@ -383,8 +383,8 @@ func newProvider(tb testing.TB, opts awskms.Options) *awskms.Provider {
 }
 
 // fastRetry retries n attempts in all with millisecond backoff.
-func fastRetry(n int) awskms.RetryOptions {
-	return awskms.RetryOptions{MaxAttempts: n, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}
+func fastRetry(n int) backends.RetryPolicy {
+	return backends.RetryPolicy{MaxAttempts: n, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}
 }
 
 func awsAlgorithm(tb testing.TB, alg backends.Algorithm) (keySpec, signing string) {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -116,23 +115,6 @@ func TestURIsRoundTrip(t *testing.T) {
 	got, err := parseCreateURI("create-key", c.String())
 	if err != nil || got != c {
 		t.Errorf("%s parsed as %+v (%v), want %+v", c, got, err, c)
-	}
-}
-
-func TestBackoffDoublesWithinItsBoundsAndJitters(t *testing.T) {
-	b := backoff{base: 100 * time.Millisecond, max: time.Second}
-	for attempt, ceiling := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 60: time.Second} {
-		seen := map[time.Duration]bool{}
-		for range 50 {
-			d, err := b.BackoffDelay(attempt, nil)
-			if err != nil || d < ceiling/2 || d > ceiling {
-				t.Fatalf("attempt %d: delay %v (%v), want within [%v, %v]", attempt, d, err, ceiling/2, ceiling)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("attempt %d: every delay was the same", attempt)
-		}
 	}
 }
 

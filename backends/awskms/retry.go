@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -71,7 +70,7 @@ func (p *Provider) newCreateRetryer() aws.Retryer {
 func (p *Provider) standardOptions(o *retry.StandardOptions) {
 	o.MaxAttempts = p.opts.Retry.MaxAttempts
 	o.MaxBackoff = p.opts.Retry.MaxBackoff
-	o.Backoff = backoff{base: p.opts.Retry.BaseBackoff, max: p.opts.Retry.MaxBackoff}
+	o.Backoff = backoff{policy: p.opts.Retry}
 }
 
 // retryable says yes to the errors newRetryer must retry and leaves the
@@ -93,16 +92,12 @@ func retryable(err error) aws.Ternary {
 
 // backoff is the wait after failed attempt n (1-based): base doubled n-1
 // times, at most max, then drawn uniformly from its upper half.
-type backoff struct{ base, max time.Duration }
+// backoff is the policy's jittered exponential backoff as the SDK's
+// BackoffDelayer.
+type backoff struct{ policy backends.RetryPolicy }
 
 func (b backoff) BackoffDelay(attempt int, _ error) (time.Duration, error) {
-	d := b.base
-	for i := 1; i < attempt && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
-	half := d / 2
-	return half + rand.N(d-half+1), nil
+	return b.policy.Backoff(attempt), nil
 }
 
 // attemptTimeout gives each attempt of an operation — each HTTP request,

@@ -173,7 +173,7 @@ func TestSignCanceledDuringACallReturnsContextCanceled(t *testing.T) {
 
 func TestSignCanceledWhileWaitingToRetryReturnsContextCanceled(t *testing.T) {
 	srv := startFake(t, awskmsfake.Options{})
-	p := newProvider(t, awskms.Options{Retry: awskms.RetryOptions{MaxAttempts: 5, BaseBackoff: time.Hour}})
+	p := newProvider(t, awskms.Options{Retry: backends.RetryPolicy{MaxAttempts: 5, BaseBackoff: time.Hour}})
 	s := openKey(t, srv, p, backends.ECDSAP256SHA256)
 	srv.Inject(awskmsfake.Sign, awskmsfake.Fault{Code: "ThrottlingException"}, awskmsfake.Always)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -205,7 +205,7 @@ func TestSignSlowerThanCallTimeoutIsTransientDeadlineExceeded(t *testing.T) {
 
 func TestSignCanceledWhileWaitingToRetryReturnsContextCanceled(t *testing.T) {
 	srv := startFake(t, gcpkmsfake.Options{})
-	p := newProvider(t, srv, gcpkms.Options{Retry: gcpkms.RetryOptions{MaxAttempts: 5, BaseBackoff: time.Hour}})
+	p := newProvider(t, srv, gcpkms.Options{Retry: backends.RetryPolicy{MaxAttempts: 5, BaseBackoff: time.Hour}})
 	s := openKey(t, srv, p, backends.ECDSAP256SHA256)
 	srv.Inject(gcpkmsfake.AsymmetricSign, gcpkmsfake.Fault{Code: codes.Unavailable}, gcpkmsfake.Always)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -250,7 +250,7 @@ func TestSignCanceledDuringACallReturnsContextCanceled(t *testing.T) {
 
 func TestSignReturnsTheLastErrorWhenTheNextRetryWouldOutlastTheDeadline(t *testing.T) {
 	srv := startFake(t, gcpkmsfake.Options{})
-	p := newProvider(t, srv, gcpkms.Options{Retry: gcpkms.RetryOptions{MaxAttempts: 5, BaseBackoff: time.Hour}})
+	p := newProvider(t, srv, gcpkms.Options{Retry: backends.RetryPolicy{MaxAttempts: 5, BaseBackoff: time.Hour}})
 	s := openKey(t, srv, p, backends.ECDSAP256SHA256)
 	srv.Inject(gcpkmsfake.AsymmetricSign, gcpkmsfake.Fault{Code: codes.Unavailable}, gcpkmsfake.Always)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -621,9 +621,9 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 	}{
 		{"a negative CallTimeout", gcpkms.Options{CallTimeout: -time.Second}},
 		{"a negative PollInterval", gcpkms.Options{PollInterval: -time.Second}},
-		{"a negative MaxAttempts", gcpkms.Options{Retry: gcpkms.RetryOptions{MaxAttempts: -1}}},
-		{"a negative BaseBackoff", gcpkms.Options{Retry: gcpkms.RetryOptions{BaseBackoff: -time.Second}}},
-		{"a MaxBackoff shorter than BaseBackoff", gcpkms.Options{Retry: gcpkms.RetryOptions{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}}},
+		{"a negative MaxAttempts", gcpkms.Options{Retry: backends.RetryPolicy{MaxAttempts: -1}}},
+		{"a negative BaseBackoff", gcpkms.Options{Retry: backends.RetryPolicy{BaseBackoff: -time.Second}}},
+		{"a MaxBackoff shorter than BaseBackoff", gcpkms.Options{Retry: backends.RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -691,8 +691,8 @@ func newProvider(t testing.TB, srv *gcpkmsfake.Server, opts gcpkms.Options) *gcp
 }
 
 // fastRetry allows attempts calls with waits of a few milliseconds.
-func fastRetry(attempts int) gcpkms.RetryOptions {
-	return gcpkms.RetryOptions{MaxAttempts: attempts, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
+func fastRetry(attempts int) backends.RetryPolicy {
+	return backends.RetryPolicy{MaxAttempts: attempts, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
 }
 
 func kmsAlgorithm(t testing.TB, alg backends.Algorithm) gcpkmsfake.Algorithm {

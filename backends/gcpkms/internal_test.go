@@ -3,7 +3,6 @@ package gcpkms
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
@@ -51,44 +50,6 @@ func TestEveryCloudKMSAlgorithmMapsToItsKeywardAlgorithmOrIsRefused(t *testing.T
 	for _, a := range backends.AllAlgorithms() {
 		if _, err := toKMS(a); !offered[a] && !errors.Is(err, backends.ErrUnsupportedAlgorithm) {
 			t.Errorf("toKMS(%s) = %v, want ErrUnsupportedAlgorithm", a, err)
-		}
-	}
-}
-
-func TestBackoffDoublesFromBaseStaysInTheUpperHalfAndIsCapped(t *testing.T) {
-	p, err := New(Options{Retry: RetryOptions{BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		attempt int
-		ceiling time.Duration
-	}{
-		{1, 100 * time.Millisecond},
-		{2, 200 * time.Millisecond},
-		{4, 800 * time.Millisecond},
-		{5, time.Second},
-		{40, time.Second},
-		{1000, time.Second},
-	}
-	huge, err := New(Options{Retry: RetryOptions{BaseBackoff: time.Hour, MaxBackoff: 1 << 62}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := huge.backoff(27); d < 1<<61 {
-		t.Errorf("backoff(27) from an hour, capped at %v, = %v: the doubling overflowed", time.Duration(1<<62), d)
-	}
-	for _, tt := range tests {
-		seen := map[time.Duration]bool{}
-		for range 1000 {
-			d := p.backoff(tt.attempt)
-			if d < tt.ceiling/2 || d > tt.ceiling {
-				t.Fatalf("backoff(%d) = %v, want within [%v, %v]", tt.attempt, d, tt.ceiling/2, tt.ceiling)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 10 {
-			t.Errorf("backoff(%d) took only %d values in 1000 draws: not jittered", tt.attempt, len(seen))
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"math/rand/v2"
 	"time"
 
 	"github.com/googleapis/gax-go/v2"
@@ -43,7 +42,7 @@ func (p *Provider) retry(ctx context.Context, c call, maxAttempts int, fn attemp
 		if err == nil || !again || n >= maxAttempts {
 			return err
 		}
-		wait := p.backoff(n)
+		wait := p.opts.Retry.Backoff(n)
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
 			return err
 		}
@@ -52,22 +51,6 @@ func (p *Provider) retry(ctx context.Context, c call, maxAttempts int, fn attemp
 			return backends.Wrap(backends.ErrTransient, c.op, c.uri, "", fmt.Errorf("waiting to retry: %w (last attempt: %v)", werr, err))
 		}
 	}
-}
-
-// backoff is the wait after attempt n (1-based): BaseBackoff doubled n-1
-// times, at most MaxBackoff, then drawn uniformly from its upper half.
-func (p *Provider) backoff(n int) time.Duration {
-	d, ceiling := p.opts.Retry.BaseBackoff, p.opts.Retry.MaxBackoff
-	for i := 1; i < n && d < ceiling; i++ {
-		if d > ceiling/2 {
-			d = ceiling
-			break
-		}
-		d *= 2
-	}
-	d = min(d, ceiling)
-	half := d / 2
-	return half + rand.N(d-half+1)
 }
 
 // sleep waits d or until ctx ends, and then returns ctx.Err().
