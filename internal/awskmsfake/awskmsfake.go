@@ -20,7 +20,6 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -38,6 +37,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/internal/faults"
+	"github.com/keyward/keyward/internal/testkeys"
 )
 
 // The KMS actions the server serves, counts and injects faults into.
@@ -154,7 +154,7 @@ type Server struct {
 	aliases  map[string]string // region + "/" + alias name → key id
 	signs    []SignRequest
 	creates  []CreateKeyRequest
-	material map[string]crypto.Signer // ReuseKeyMaterial: by key spec
+	material *testkeys.Pool
 
 	requests atomic.Uint64
 }
@@ -170,7 +170,7 @@ func Start(opts Options) *Server {
 		opts:     opts,
 		keys:     map[string]*key{},
 		aliases:  map[string]string{},
-		material: map[string]crypto.Signer{},
+		material: &testkeys.Pool{Reuse: opts.ReuseKeyMaterial},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
@@ -770,52 +770,18 @@ func (s *Server) newKey(region, keySpec, usage, description string) (*key, error
 	return &key{meta: m, priv: priv}, nil
 }
 
-// keyMaterial makes a private key of keySpec (nil for specs Go cannot make),
-// or returns the shared one under ReuseKeyMaterial.
+// keyMaterial makes a private key of keySpec (nil for specs Go cannot
+// make), or returns the shared one under ReuseKeyMaterial.
 func (s *Server) keyMaterial(keySpec string) (crypto.Signer, error) {
-	if s.opts.ReuseKeyMaterial {
-		s.mu.Lock()
-		k, ok := s.material[keySpec]
-		s.mu.Unlock()
-		if ok {
-			return k, nil
-		}
-	}
-	var (
-		k   crypto.Signer
-		err error
-	)
-	switch keySpec {
-	case "ECC_NIST_P256":
-		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case "ECC_NIST_P384":
-		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case "ECC_NIST_P521":
-		k, err = ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	case "ECC_NIST_EDWARDS25519":
-		_, k, err = ed25519.GenerateKey(rand.Reader)
-	case "RSA_2048":
-		k, err = rsa.GenerateKey(rand.Reader, 2048)
-	case "RSA_3072":
-		k, err = rsa.GenerateKey(rand.Reader, 3072)
-	case "RSA_4096":
-		k, err = rsa.GenerateKey(rand.Reader, 4096)
-	default:
+	shape, ok := map[string]string{
+		"ECC_NIST_P256": testkeys.P256, "ECC_NIST_P384": testkeys.P384, "ECC_NIST_P521": testkeys.P521,
+		"ECC_NIST_EDWARDS25519": testkeys.Ed25519,
+		"RSA_2048":              testkeys.RSA2048, "RSA_3072": testkeys.RSA3072, "RSA_4096": testkeys.RSA4096,
+	}[keySpec]
+	if !ok {
 		return nil, nil // SYMMETRIC_DEFAULT, HMAC, SM2, secp256k1, ML-DSA: metadata only
 	}
-	if err != nil {
-		return nil, fmt.Errorf("awskmsfake: generating a %s key: %w", keySpec, err)
-	}
-	if s.opts.ReuseKeyMaterial {
-		s.mu.Lock()
-		if prev, ok := s.material[keySpec]; ok {
-			k = prev // another call generated it meanwhile
-		} else {
-			s.material[keySpec] = k
-		}
-		s.mu.Unlock()
-	}
-	return k, nil
+	return s.material.Get(shape)
 }
 
 func newKeyID() string {

@@ -16,7 +16,6 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -31,6 +30,7 @@ import (
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/internal/faults"
+	"github.com/keyward/keyward/internal/testkeys"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -103,7 +103,7 @@ type Server struct {
 	versions     map[string]*version         // by name
 	pendingPolls int
 	generated    State
-	shared       map[string]crypto.Signer // ReuseKeys: by shape
+	shared       *testkeys.Pool
 }
 
 type version struct {
@@ -127,7 +127,7 @@ func Start(opts Options) (*Server, error) {
 		next:      map[string]int{},
 		versions:  map[string]*version{},
 		generated: kmspb.CryptoKeyVersion_ENABLED,
-		shared:    map[string]crypto.Signer{},
+		shared:    &testkeys.Pool{Reuse: opts.ReuseKeys},
 	}
 	kmspb.RegisterKeyManagementServiceServer(s.srv, s)
 	go func() { _ = s.srv.Serve(lis) }() // returns when Close stops the server
@@ -482,44 +482,7 @@ func (s *Server) generate(shape string) (crypto.Signer, error) {
 	if shape == "" {
 		return nil, nil
 	}
-	if s.opts.ReuseKeys {
-		s.mu.Lock()
-		k, ok := s.shared[shape]
-		s.mu.Unlock()
-		if ok {
-			return k, nil
-		}
-	}
-	var (
-		k   crypto.Signer
-		err error
-	)
-	switch shape {
-	case "p256":
-		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case "p384":
-		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case "ed25519":
-		_, k, err = ed25519.GenerateKey(rand.Reader)
-	case "rsa2048", "rsa3072", "rsa4096":
-		bits, _ := strconv.Atoi(strings.TrimPrefix(shape, "rsa"))
-		k, err = rsa.GenerateKey(rand.Reader, bits)
-	default:
-		return nil, fmt.Errorf("no key shape %q", shape)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if s.opts.ReuseKeys {
-		s.mu.Lock()
-		if prev, ok := s.shared[shape]; ok {
-			k = prev // another call generated it meanwhile
-		} else {
-			s.shared[shape] = k
-		}
-		s.mu.Unlock()
-	}
-	return k, nil
+	return s.shared.Get(shape)
 }
 
 // spec is how the fake makes and uses keys of one Cloud KMS algorithm. It
@@ -536,23 +499,23 @@ type spec struct {
 func specs() map[Algorithm]spec {
 	const sign, decrypt = kmspb.CryptoKey_ASYMMETRIC_SIGN, kmspb.CryptoKey_ASYMMETRIC_DECRYPT
 	return map[Algorithm]spec{
-		kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256:           {purpose: sign, shape: "p256", hash: crypto.SHA256},
-		kmspb.CryptoKeyVersion_EC_SIGN_P384_SHA384:           {purpose: sign, shape: "p384", hash: crypto.SHA384},
-		kmspb.CryptoKeyVersion_EC_SIGN_ED25519:               {purpose: sign, shape: "ed25519"},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_2048_SHA256:    {purpose: sign, shape: "rsa2048", hash: crypto.SHA256},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_3072_SHA256:    {purpose: sign, shape: "rsa3072", hash: crypto.SHA256},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_4096_SHA256:    {purpose: sign, shape: "rsa4096", hash: crypto.SHA256},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_4096_SHA512:    {purpose: sign, shape: "rsa4096", hash: crypto.SHA512},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_2048_SHA256:      {purpose: sign, shape: "rsa2048", hash: crypto.SHA256, pss: true},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_3072_SHA256:      {purpose: sign, shape: "rsa3072", hash: crypto.SHA256, pss: true},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_4096_SHA256:      {purpose: sign, shape: "rsa4096", hash: crypto.SHA256, pss: true},
-		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_4096_SHA512:      {purpose: sign, shape: "rsa4096", hash: crypto.SHA512, pss: true},
-		kmspb.CryptoKeyVersion_RSA_SIGN_RAW_PKCS1_2048:       {purpose: sign, shape: "rsa2048", raw: true},
-		kmspb.CryptoKeyVersion_RSA_SIGN_RAW_PKCS1_3072:       {purpose: sign, shape: "rsa3072", raw: true},
-		kmspb.CryptoKeyVersion_RSA_SIGN_RAW_PKCS1_4096:       {purpose: sign, shape: "rsa4096", raw: true},
-		kmspb.CryptoKeyVersion_RSA_DECRYPT_OAEP_2048_SHA256:  {purpose: decrypt, shape: "rsa2048"},
-		kmspb.CryptoKeyVersion_RSA_DECRYPT_OAEP_3072_SHA256:  {purpose: decrypt, shape: "rsa3072"},
-		kmspb.CryptoKeyVersion_RSA_DECRYPT_OAEP_4096_SHA256:  {purpose: decrypt, shape: "rsa4096"},
+		kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256:           {purpose: sign, shape: testkeys.P256, hash: crypto.SHA256},
+		kmspb.CryptoKeyVersion_EC_SIGN_P384_SHA384:           {purpose: sign, shape: testkeys.P384, hash: crypto.SHA384},
+		kmspb.CryptoKeyVersion_EC_SIGN_ED25519:               {purpose: sign, shape: testkeys.Ed25519},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_2048_SHA256:    {purpose: sign, shape: testkeys.RSA2048, hash: crypto.SHA256},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_3072_SHA256:    {purpose: sign, shape: testkeys.RSA3072, hash: crypto.SHA256},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_4096_SHA256:    {purpose: sign, shape: testkeys.RSA4096, hash: crypto.SHA256},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PKCS1_4096_SHA512:    {purpose: sign, shape: testkeys.RSA4096, hash: crypto.SHA512},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_2048_SHA256:      {purpose: sign, shape: testkeys.RSA2048, hash: crypto.SHA256, pss: true},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_3072_SHA256:      {purpose: sign, shape: testkeys.RSA3072, hash: crypto.SHA256, pss: true},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_4096_SHA256:      {purpose: sign, shape: testkeys.RSA4096, hash: crypto.SHA256, pss: true},
+		kmspb.CryptoKeyVersion_RSA_SIGN_PSS_4096_SHA512:      {purpose: sign, shape: testkeys.RSA4096, hash: crypto.SHA512, pss: true},
+		kmspb.CryptoKeyVersion_RSA_SIGN_RAW_PKCS1_2048:       {purpose: sign, shape: testkeys.RSA2048, raw: true},
+		kmspb.CryptoKeyVersion_RSA_SIGN_RAW_PKCS1_3072:       {purpose: sign, shape: testkeys.RSA3072, raw: true},
+		kmspb.CryptoKeyVersion_RSA_SIGN_RAW_PKCS1_4096:       {purpose: sign, shape: testkeys.RSA4096, raw: true},
+		kmspb.CryptoKeyVersion_RSA_DECRYPT_OAEP_2048_SHA256:  {purpose: decrypt, shape: testkeys.RSA2048},
+		kmspb.CryptoKeyVersion_RSA_DECRYPT_OAEP_3072_SHA256:  {purpose: decrypt, shape: testkeys.RSA3072},
+		kmspb.CryptoKeyVersion_RSA_DECRYPT_OAEP_4096_SHA256:  {purpose: decrypt, shape: testkeys.RSA4096},
 		kmspb.CryptoKeyVersion_HMAC_SHA256:                   {purpose: kmspb.CryptoKey_MAC},
 		kmspb.CryptoKeyVersion_GOOGLE_SYMMETRIC_ENCRYPTION:   {purpose: kmspb.CryptoKey_ENCRYPT_DECRYPT},
 		kmspb.CryptoKeyVersion_EXTERNAL_SYMMETRIC_ENCRYPTION: {purpose: kmspb.CryptoKey_ENCRYPT_DECRYPT},
