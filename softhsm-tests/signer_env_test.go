@@ -31,24 +31,30 @@ import (
 // and the path of the root certificate.
 func caInToken(t testing.TB, label string) (string, string, *x509.Certificate) {
 	t.Helper()
-	reg, err := all.NewRegistry(all.Options{})
+	return newCA(t, all.Options{}, "pkcs11:token="+token.Label+";object="+label+"?module-path="+token.ModulePath+"&pin-source=file:"+token.PINFile, label)
+}
+
+// newCA creates an ECDSA P-256 key at createURI through a registry with
+// opts and a root CA certificate for it; it returns the key's URI, the
+// certificate's file and the certificate.
+func newCA(t testing.TB, opts all.Options, createURI, name string) (string, string, *x509.Certificate) {
+	t.Helper()
+	reg, err := all.NewRegistry(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer reg.Close()
 	ctx := testContext(t)
-	key, err := reg.CreateKey(ctx, backends.CreateKeyRequest{
-		URI:       "pkcs11:token=" + token.Label + ";object=" + label + "?module-path=" + token.ModulePath + "&pin-source=file:" + token.PINFile,
-		Algorithm: backends.ECDSAP256SHA256,
-	})
+	key, err := reg.CreateKey(ctx, backends.CreateKeyRequest{URI: createURI, Algorithm: backends.ECDSAP256SHA256})
 	if err != nil {
-		t.Fatalf("creating CA key in SoftHSM: %v", err)
+		t.Fatalf("creating CA key %s: %v", createURI, err)
 	}
-	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: label, Lifetime: 30 * 24 * time.Hour})
+	defer key.Close()
+	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: name, Lifetime: 30 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), label+".crt")
+	path := filepath.Join(t.TempDir(), name+".crt")
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,13 @@ type runningSigner struct {
 // API version ("" discovers).
 func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, version string) *runningSigner {
 	t.Helper()
-	reg, err := all.NewRegistry(all.Options{})
+	return runSignerWith(t, cfg, identity, version, all.Options{})
+}
+
+// runSignerWith is runSignerVersion with backends configured by opts.
+func runSignerWith(t testing.TB, cfg *config.SignerConfiguration, identity, version string, opts all.Options) *runningSigner {
+	t.Helper()
+	reg, err := all.NewRegistry(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,65 @@
+package softhsmtests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/internal/awskmsfake"
+	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/signer/config"
+)
+
+// The same signer, with only the CA key URI changed, issues pod
+// certificates from a CA key held in Cloud KMS or AWS KMS: the in-process
+// fakes, reached through the real Google and AWS clients.
+func TestKMSHeldCAKeysIssue(t *testing.T) {
+	gcp, err := gcpkmsfake.Start(gcpkmsfake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gcp.Close()
+	cryptoKey := "projects/keyward/locations/global/keyRings/ca/cryptoKeys/" + uniqueName(t, "k")
+	if err := gcp.AddCryptoKey(cryptoKey, kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256); err != nil {
+		t.Fatal(err)
+	}
+	awsKMS := awskmsfake.Start(awskmsfake.Options{})
+	defer awsKMS.Close()
+
+	var opts all.Options
+	opts.GCPKMS.ClientOptions = gcp.ClientOptions()
+	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
+	signs := map[string]func() int{
+		"gcpkms": func() int { return gcp.Calls(gcpkmsfake.AsymmetricSign) },
+		"awskms": func() int { return awsKMS.Calls(awskmsfake.Sign) },
+	}
+	for _, tc := range []struct{ name, createURI string }{
+		{"gcpkms", "gcpkms:" + cryptoKey},
+		{"awskms", "awskms:region=eu-west-1?endpoint=" + awsKMS.URL()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			keyURI, caFile, root := newCA(t, opts, tc.createURI, "ca-"+tc.name)
+			if !strings.HasPrefix(keyURI, tc.name+":") {
+				t.Fatalf("CA key URI %s is not a %s URI", keyURI, tc.name)
+			}
+			name := "keyward.dev/" + uniqueName(t, tc.name)
+			runSignerWith(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "kms-"+tc.name, "", opts)
+			before := signs[tc.name]()
+			w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+			p, _ := createPCR(t, ctx, w, name, pcrOptions{})
+			got := waitTerminal(t, ctx, p, 30*time.Second)
+			if c := condition(got); c.Type != "Issued" {
+				t.Fatalf("got %s/%s: %s", c.Type, c.Reason, c.Message)
+			}
+			parseChain(t, got.Status.CertificateChain, root)
+			if n := signs[tc.name]() - before; n != 1 {
+				t.Errorf("the KMS signed %d times for one certificate, want 1", n)
+			}
+		})
+	}
+}
