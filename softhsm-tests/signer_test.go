@@ -3,10 +3,12 @@ package softhsmtests
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,7 +58,17 @@ func parseChain(t *testing.T, chain string, root *x509.Certificate) *x509.Certif
 	}
 	leaf := certs[0]
 	// Go's verifier refuses unknown critical extensions; the PodIdentity
-	// extension is one, by design, for consumers that do not know it.
+	// extension is one, by design, for consumers that do not know it. Any
+	// other unhandled critical extension is a defect.
+	var unhandled []asn1.ObjectIdentifier
+	for _, oid := range leaf.UnhandledCriticalExtensions {
+		if !oid.Equal(profile.OIDPodIdentity) {
+			unhandled = append(unhandled, oid)
+		}
+	}
+	if len(unhandled) > 0 {
+		t.Fatalf("leaf has unhandled critical extensions %v", unhandled)
+	}
 	leaf.UnhandledCriticalExtensions = nil
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
@@ -164,11 +176,7 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nsObj, err := cp.AdminClient().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := profile.PodIdentity{Namespace: ns, NamespaceUID: string(nsObj.UID),
+		want := profile.PodIdentity{Namespace: ns,
 			ServiceAccountName: w.ServiceAccount.Name, ServiceAccountUID: string(w.ServiceAccount.UID),
 			PodName: w.Pod.Name, PodUID: string(w.Pod.UID), NodeName: w.Node.Name, NodeUID: string(w.Node.UID)}
 		if *pi != want {
@@ -177,6 +185,16 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 		if len(leaf.DNSNames)+len(leaf.URIs)+len(leaf.IPAddresses)+len(leaf.EmailAddresses) != 0 {
 			t.Error("podIdentity certificate has SANs")
 		}
+		if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
+			t.Errorf("extended key usage %v, want client auth", leaf.ExtKeyUsage)
+		}
+		critical := false
+		for _, e := range leaf.Extensions {
+			critical = critical || (e.Id.Equal(profile.OIDPodIdentity) && e.Critical)
+		}
+		if !critical {
+			t.Error("PodIdentity extension missing or not critical")
+		}
 	})
 	t.Run("spiffe", func(t *testing.T) {
 		p, _ := createPCR(t, ctx, w, spiffe, pcrOptions{})
@@ -184,12 +202,18 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/workload" {
 			t.Fatalf("URIs = %v", leaf.URIs)
 		}
+		if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}) {
+			t.Errorf("extended key usage %v, want server and client auth", leaf.ExtKeyUsage)
+		}
 	})
 	t.Run("server", func(t *testing.T) {
 		p, _ := createPCR(t, ctx, w, server, pcrOptions{annotations: map[string]string{config.DefaultDNSNamesKey: "workload." + ns + ".svc"}})
 		leaf := parseChain(t, waitTerminal(t, ctx, p, 30*time.Second).Status.CertificateChain, root)
 		if len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != "workload."+ns+".svc" {
 			t.Fatalf("DNS names = %v", leaf.DNSNames)
+		}
+		if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) {
+			t.Errorf("extended key usage %v, want server auth", leaf.ExtKeyUsage)
 		}
 	})
 	t.Run("server name outside the patterns is denied naming it", func(t *testing.T) {

@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -107,11 +106,11 @@ type Controller struct {
 	api     versionAPI
 	signers map[string]*signerState
 	queue   workqueue.TypedRateLimitingInterface[queueKey]
-	nsInf   cache.SharedIndexInformer // nil unless a profile needs namespace UIDs
 
 	mu        sync.Mutex
 	issued    map[types.UID]*issuedCert // signed but not yet written
 	firstSeen map[types.UID]time.Time
+	admitted  map[types.UID]bool // passed the rate limits; retries take no new token
 	synced    bool
 }
 
@@ -157,6 +156,7 @@ func New(opts Options) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "keyward-pcr"}),
 		issued:    map[types.UID]*issuedCert{},
 		firstSeen: map[types.UID]time.Time{},
+		admitted:  map[types.UID]bool{},
 	}
 	for _, s := range opts.Signers {
 		if s.Authority == nil || s.Profile == nil {
@@ -166,15 +166,9 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("signer %s given twice", s.Name)
 		}
 		c.signers[s.Name] = &signerState{Signer: s, limits: newLimiters(s.PerNode, s.PerNamespace)}
-		if s.Profile.Name() == config.ProfilePodIdentity && c.nsInf == nil {
-			c.nsInf = coreinformers.NewNamespaceInformer(opts.Client, 0, cache.Indexers{})
-		}
 	}
 	if err := opts.Metrics.registerQueueDepth(c.queue.Len); err != nil {
 		return nil, err
-	}
-	for _, s := range c.signers {
-		opts.Metrics.CANotAfter.WithLabelValues(s.Name).Set(float64(s.Authority.Certificate().NotAfter.Unix()))
 	}
 	return c, nil
 }
@@ -205,10 +199,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		go s.informer.Run(ctx.Done())
 		syncs = append(syncs, s.informer.HasSynced)
-	}
-	if c.nsInf != nil {
-		go c.nsInf.Run(ctx.Done())
-		syncs = append(syncs, c.nsInf.HasSynced)
 	}
 	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version())
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
@@ -260,9 +250,15 @@ func (c *Controller) forget(obj any) {
 	if err != nil {
 		return
 	}
+	c.drop(r.uid)
+}
+
+// drop forgets everything kept in memory for the request uid.
+func (c *Controller) drop(uid types.UID) {
 	c.mu.Lock()
-	delete(c.issued, r.uid)
-	delete(c.firstSeen, r.uid)
+	delete(c.issued, uid)
+	delete(c.firstSeen, uid)
+	delete(c.admitted, uid)
 	c.mu.Unlock()
 }
 
@@ -312,6 +308,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	c.mu.Lock()
 	cert := c.issued[r.uid]
 	seen, ok := c.firstSeen[r.uid]
+	admitted := c.admitted[r.uid]
 	c.mu.Unlock()
 	if !ok {
 		seen = c.opts.Clock.Now()
@@ -326,10 +323,17 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if d := c.check(s, r); d != nil {
 			return 0, c.deny(ctx, s, r, d.Reason, d.Message)
 		}
-		if wait, d := c.takeToken(s, r); d != nil {
-			return 0, c.deny(ctx, s, r, d.Reason, d.Message)
-		} else if wait > 0 {
-			return wait, nil
+		// One token per request: a retry after a backend error must not
+		// spend another, or an outage would turn into RateLimited denials.
+		if !admitted {
+			if wait, d := c.takeToken(s, r); d != nil {
+				return 0, c.deny(ctx, s, r, d.Reason, d.Message)
+			} else if wait > 0 {
+				return wait, nil
+			}
+			c.mu.Lock()
+			c.admitted[r.uid] = true
+			c.mu.Unlock()
 		}
 		cert, err = c.issue(ctx, s, r)
 		if err != nil {
@@ -357,7 +361,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	if err := c.api.writeStatus(ctx, r, st); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			c.forget(r.obj)
+			c.drop(r.uid)
 			return 0, nil
 		case apierrors.IsConflict(err):
 			// The informer brings the newer object; the certificate
@@ -381,10 +385,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", s.Authority.Signer().KeyVersion())
 	c.event(r, corev1.EventTypeNormal, ReasonIssued, "issued certificate serial %s by %s, valid until %s",
 		cert.leaf.SerialNumber.Text(16), s.Name, cert.leaf.NotAfter.UTC().Format(time.RFC3339))
-	c.mu.Lock()
-	delete(c.issued, r.uid)
-	delete(c.firstSeen, r.uid)
-	c.mu.Unlock()
+	c.drop(r.uid)
 	return 0, nil
 }
 
@@ -437,7 +438,7 @@ func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*is
 	}
 	lifetime = min(lifetime, s.MaxLifetime)
 	req := profile.Request{
-		SignerName: s.Name, Namespace: r.namespace, NamespaceUID: c.namespaceUID(r.namespace),
+		SignerName: s.Name, Namespace: r.namespace,
 		PodName: r.podName, PodUID: r.podUID, ServiceAccountName: r.serviceAccountName, ServiceAccountUID: r.serviceAccountUID,
 		NodeName: r.nodeName, NodeUID: r.nodeUID, Annotations: r.annotations, PublicKey: r.publicKey,
 	}
@@ -466,17 +467,6 @@ func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*is
 		chain.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))
 	}
 	return &issuedCert{leaf: leaf, chain: chain.String()}, nil
-}
-
-func (c *Controller) namespaceUID(ns string) string {
-	if c.nsInf == nil {
-		return ""
-	}
-	obj, ok, err := c.nsInf.GetIndexer().GetByKey(ns)
-	if err != nil || !ok {
-		return ""
-	}
-	return string(obj.(*corev1.Namespace).UID)
 }
 
 // issuedStatus is the Issued status for cert: times equal to the leaf's,
@@ -525,10 +515,7 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	c.observe(s, r, typ, reason)
 	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", msg)
 	c.event(r, corev1.EventTypeWarning, reason, "%s: %s", typ, msg)
-	c.mu.Lock()
-	delete(c.issued, r.uid)
-	delete(c.firstSeen, r.uid)
-	c.mu.Unlock()
+	c.drop(r.uid)
 	return nil
 }
 

@@ -238,3 +238,80 @@ func TestBackendErrorsBecomeRetriesOrFailures(t *testing.T) {
 		})
 	}
 }
+
+// flakyKey fails its first `failures` signatures with a transient error.
+type flakyKey struct {
+	backends.Signer
+	failures int32
+	calls    atomic.Int32
+}
+
+func (f *flakyKey) SignContext(ctx context.Context, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	if f.calls.Add(1) <= f.failures {
+		return nil, &backends.Error{Kind: backends.ErrTransient, Op: "sign", Err: io.ErrUnexpectedEOF}
+	}
+	return f.Signer.SignContext(ctx, d, o)
+}
+
+func (f *flakyKey) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	return f.SignContext(context.Background(), d, o)
+}
+
+// A request admitted by the rate limits keeps its place while the backend
+// is down: retries take no new token, so a limit in deny mode does not turn
+// an outage into RateLimited denials.
+func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
+	s, _ := testSigner(t)
+	flaky := &flakyKey{Signer: s.Authority.Signer(), failures: 2}
+	auth, err := authority.New(s.Authority.Certificate(), nil, flaky)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Authority = auth
+	s.PerNode = &config.Rate{QPS: 0.001, Burst: 1} // one token, the next in ~17 minutes
+	s.DenyOnLimit = true
+	p := testPCR(t, s.Name)
+	client := fake.NewClientset(p)
+	metrics, _ := NewMetrics(prometheus.NewRegistry())
+	c, err := New(Options{Client: client, Signers: []*Signer{s}, Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.signers[s.Name]
+	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
+	_ = st.informer.GetIndexer().Add(p)
+	key := queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name}
+	for i := range 2 {
+		if _, err := c.sync(context.Background(), key); !backends.IsTransient(err) {
+			t.Fatalf("sync %d during the outage: got %v, want the transient error back for a retry", i+1, err)
+		}
+	}
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatalf("sync after the outage: %v", err)
+	}
+	got, err := client.CertificatesV1().PodCertificateRequests(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != "Issued" {
+		t.Fatalf("conditions %+v, want Issued", got.Status.Conditions)
+	}
+	if len(c.admitted) != 0 {
+		t.Errorf("%d requests still marked admitted after issuance", len(c.admitted))
+	}
+
+	// The node's one token is spent: a second request from it is denied.
+	p2 := testPCR(t, s.Name)
+	p2.Name, p2.UID = "pcr-2", "pcr-uid-2"
+	if _, err := client.CertificatesV1().PodCertificateRequests(p2.Namespace).Create(context.Background(), p2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.informer.GetIndexer().Add(p2)
+	if _, err := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p2.Namespace, name: p2.Name}); err != nil {
+		t.Fatal(err)
+	}
+	got2, _ := client.CertificatesV1().PodCertificateRequests(p2.Namespace).Get(context.Background(), p2.Name, metav1.GetOptions{})
+	if len(got2.Status.Conditions) != 1 || got2.Status.Conditions[0].Reason != ReasonRateLimited {
+		t.Fatalf("second request: conditions %+v, want Denied/%s", got2.Status.Conditions, ReasonRateLimited)
+	}
+}

@@ -22,7 +22,6 @@ import (
 type Request struct {
 	SignerName         string
 	Namespace          string
-	NamespaceUID       string
 	PodName            string
 	PodUID             string
 	ServiceAccountName string
@@ -88,17 +87,18 @@ func keyUsage(pub crypto.PublicKey) x509.KeyUsage {
 // Kubernetes private enterprise number.
 var OIDPodIdentity = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57683, 1}
 
-// PodIdentity is the DER layout of the PodIdentity extension (KEP-4317),
-// defined by Go's encoding/asn1 with these tags.
+// PodIdentity is the DER layout of the PodIdentity extension: a SEQUENCE of
+// seven UTF8Strings in this order, as k8s.io/component-helpers/kubernetesx509
+// encodes it. KEP-4317 says that Go code, not the KEP's tagged sketch,
+// defines the extension; TestPodIdentityWireFormat pins the bytes.
 type PodIdentity struct {
-	Namespace          string `asn1:"utf8,tag:0"`
-	NamespaceUID       string `asn1:"utf8,tag:1"`
-	ServiceAccountName string `asn1:"utf8,tag:2"`
-	ServiceAccountUID  string `asn1:"utf8,tag:3"`
-	PodName            string `asn1:"utf8,tag:4"`
-	PodUID             string `asn1:"utf8,tag:5"`
-	NodeName           string `asn1:"utf8,tag:6"`
-	NodeUID            string `asn1:"utf8,tag:7"`
+	Namespace          string `asn1:"utf8"`
+	ServiceAccountName string `asn1:"utf8"`
+	ServiceAccountUID  string `asn1:"utf8"`
+	PodName            string `asn1:"utf8"`
+	PodUID             string `asn1:"utf8"`
+	NodeName           string `asn1:"utf8"`
+	NodeUID            string `asn1:"utf8"`
 }
 
 // ParsePodIdentity finds and decodes the PodIdentity extension of cert.
@@ -121,18 +121,22 @@ func ParsePodIdentity(cert *x509.Certificate) (*PodIdentity, error) {
 }
 
 // podIdentity is a TLS client certificate carrying the PodIdentity
-// extension (critical) and no SANs: the form kube-apiserver authenticates
-// as the pod's service account.
+// extension (critical, as KEP-4317 specifies for kube-apiserver client
+// certificates) and no SANs. A Go TLS peer that verifies such a certificate
+// must accept the extension (remove it from UnhandledCriticalExtensions).
 type podIdentity struct{}
 
 func (podIdentity) Name() string { return config.ProfilePodIdentity }
 
 func (podIdentity) Template(r Request) (*x509.Certificate, error) {
 	der, err := asn1.Marshal(PodIdentity{
-		Namespace: r.Namespace, NamespaceUID: r.NamespaceUID,
-		ServiceAccountName: r.ServiceAccountName, ServiceAccountUID: r.ServiceAccountUID,
-		PodName: r.PodName, PodUID: r.PodUID,
-		NodeName: r.NodeName, NodeUID: r.NodeUID,
+		Namespace:          r.Namespace,
+		ServiceAccountName: r.ServiceAccountName,
+		ServiceAccountUID:  r.ServiceAccountUID,
+		PodName:            r.PodName,
+		PodUID:             r.PodUID,
+		NodeName:           r.NodeName,
+		NodeUID:            r.NodeUID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encoding PodIdentity extension: %w", err)

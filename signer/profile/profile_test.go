@@ -1,6 +1,8 @@
 package profile_test
 
 import (
+	"bytes"
+	"crypto/x509"
 	"errors"
 	"strings"
 	"testing"
@@ -8,6 +10,8 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
+	"golang.org/x/crypto/cryptobyte"
+	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
 
 func request(t *testing.T, annotations map[string]string) profile.Request {
@@ -16,7 +20,7 @@ func request(t *testing.T, annotations map[string]string) profile.Request {
 		t.Fatal(err)
 	}
 	return profile.Request{
-		Namespace: "shop", NamespaceUID: "ns-uid", PodName: "web-0", PodUID: "pod-uid",
+		Namespace: "shop", PodName: "web-0", PodUID: "pod-uid",
 		ServiceAccountName: "web", ServiceAccountUID: "sa-uid", NodeName: "node-a", NodeUID: "node-uid",
 		Annotations: annotations, PublicKey: k.Public(),
 	}
@@ -83,5 +87,48 @@ func TestSPIFFEProfileNamesTheServiceAccount(t *testing.T) {
 	}
 	if len(tmpl.URIs) != 1 || tmpl.URIs[0].String() != "spiffe://cluster.local/ns/shop/sa/web" {
 		t.Fatalf("URIs %v", tmpl.URIs)
+	}
+}
+
+// The extension's bytes are a SEQUENCE of seven UTF8Strings in the order of
+// k8s.io/component-helpers/kubernetesx509 (namespace, service account name
+// and UID, pod name and UID, node name and UID), built here by hand so that
+// a change of struct tags cannot pass unnoticed.
+func TestPodIdentityWireFormat(t *testing.T) {
+	p, err := profile.New(config.Signer{Name: "keyward.dev/pod-identity", Profile: config.ProfilePodIdentity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request(t, nil)
+	tmpl, err := p.Template(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b cryptobyte.Builder
+	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+		for _, s := range []string{r.Namespace, r.ServiceAccountName, r.ServiceAccountUID, r.PodName, r.PodUID, r.NodeName, r.NodeUID} {
+			b.AddASN1(cbasn1.UTF8String, func(b *cryptobyte.Builder) { b.AddBytes([]byte(s)) })
+		}
+	})
+	want := b.BytesOrPanic()
+
+	if len(tmpl.ExtraExtensions) != 1 {
+		t.Fatalf("%d extra extensions, want the PodIdentity extension alone", len(tmpl.ExtraExtensions))
+	}
+	ext := tmpl.ExtraExtensions[0]
+	if !ext.Id.Equal(profile.OIDPodIdentity) || ext.Id.String() != "1.3.6.1.4.1.57683.1" {
+		t.Errorf("extension OID %s, want 1.3.6.1.4.1.57683.1", ext.Id)
+	}
+	if !ext.Critical {
+		t.Error("PodIdentity extension is not critical")
+	}
+	if !bytes.Equal(ext.Value, want) {
+		t.Errorf("extension value\n got %x\nwant %x", ext.Value, want)
+	}
+	if len(tmpl.DNSNames)+len(tmpl.URIs)+len(tmpl.IPAddresses)+len(tmpl.EmailAddresses) != 0 {
+		t.Error("podIdentity template has SANs")
+	}
+	if len(tmpl.ExtKeyUsage) != 1 || tmpl.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		t.Errorf("extended key usage %v, want client auth only", tmpl.ExtKeyUsage)
 	}
 }

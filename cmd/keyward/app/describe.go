@@ -35,7 +35,7 @@ func describeChain(w io.Writer, chain []*x509.Certificate) {
 		}
 		if pi, err := profile.ParsePodIdentity(c); err == nil {
 			fmt.Fprintf(w, "    PodIdentity (1.3.6.1.4.1.57683.1, critical):\n")
-			fmt.Fprintf(w, "      namespace %s (uid %s), service account %s (uid %s)\n", pi.Namespace, pi.NamespaceUID, pi.ServiceAccountName, pi.ServiceAccountUID)
+			fmt.Fprintf(w, "      namespace %s, service account %s (uid %s)\n", pi.Namespace, pi.ServiceAccountName, pi.ServiceAccountUID)
 			fmt.Fprintf(w, "      pod %s (uid %s), node %s (uid %s)\n", pi.PodName, pi.PodUID, pi.NodeName, pi.NodeUID)
 		}
 	}
