@@ -2,6 +2,7 @@ package softhsmtests
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,12 +15,16 @@ import (
 
 	"github.com/ThalesGroup/crypto11"
 	"github.com/keyward/keyward/internal/controlplane"
+	authzv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 )
 
 const testSigner = "keyward.dev/foundation"
@@ -143,7 +148,9 @@ func TestNodeRestrictionRefusesForeignRequests(t *testing.T) {
 }
 
 // ClusterTrustBundles labelled canary and live are found by consumers with a
-// spec.signerName field selector plus a label selector.
+// spec.signerName field selector plus a label selector. The bundles are
+// written by an identity holding only `attest` and ClusterTrustBundle
+// writes, the grant a trust publisher needs.
 func TestClusterTrustBundlesSelectedBySignerAndLabel(t *testing.T) {
 	ctx := testContext(t)
 	suffix := uniqueName(t, "ctb")
@@ -152,7 +159,7 @@ func TestClusterTrustBundlesSelectedBySignerAndLabel(t *testing.T) {
 	const versionLabel = "keyward.dev/cluster-trust-bundle-version"
 	ca := newTestCA(t)
 
-	signerCS := signerClient(t)
+	signerCS := trustPublisherClient(t)
 	for _, v := range []string{"canary", "live"} {
 		for _, s := range []string{signer, other} {
 			ctb := &certv1.ClusterTrustBundle{
@@ -235,4 +242,47 @@ func TestSoftHSMKeySignsAndVerifies(t *testing.T) {
 	if ecdsa.VerifyASN1(pub, digest[:], sig) {
 		t.Fatal("signature verifies for a different digest")
 	}
+}
+
+// trustPublisherClient authenticates as a user that may publish
+// ClusterTrustBundles for keyward.dev signers and do nothing else: `attest`
+// on those signer names and writes of ClusterTrustBundles.
+func trustPublisherClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	ctx := testContext(t)
+	const user = "keyward-test-trust-publisher"
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"clustertrustbundles"}, Verbs: []string{"get", "list", "create", "delete"}},
+			{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{"keyward.dev/*"}, Verbs: []string{"attest"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}},
+	}
+	admin := cp.AdminClient().RbacV1()
+	if _, err := admin.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := admin.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg, err := cp.UserConfig(user, "system:authenticated")
+	cs := clientFor(t, cfg, err)
+	// The apiserver's RBAC authorizer learns of a new binding through its
+	// informer: wait until it answers yes.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
+			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+				Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "create"}},
+		}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s's binding to take effect: %v", user, err)
+	}
+	return cs
 }

@@ -1,0 +1,67 @@
+package softhsmtests
+
+import (
+	"testing"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The shipped RBAC (deploy/base/rbac.yaml) gives the signer's service
+// account what the PodCertificateRequest signer needs and nothing more; the
+// apiserver's own authorizer answers each question.
+func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
+	ctx := testContext(t)
+	user := "system:serviceaccount:" + signerNamespace + ":" + signerServiceAccount
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + signerNamespace, "system:authenticated"}
+	type attrs = authzv1.ResourceAttributes
+	pcr := func(verb, sub string) attrs {
+		return attrs{Group: "certificates.k8s.io", Resource: "podcertificaterequests", Subresource: sub, Verb: verb, Namespace: "any"}
+	}
+	signerVerb := func(verb, name string) attrs {
+		return attrs{Group: "certificates.k8s.io", Resource: "signers", Verb: verb, Name: name}
+	}
+	cases := []struct {
+		name  string
+		attrs attrs
+		want  bool
+	}{
+		{"lists PodCertificateRequests", pcr("list", ""), true},
+		{"watches PodCertificateRequests", pcr("watch", ""), true},
+		{"gets a PodCertificateRequest", pcr("get", ""), true},
+		{"updates a PodCertificateRequest's status", pcr("update", "status"), true},
+		// kube-apiserver asks for the exact signer name, then for
+		// "<domain>/*"; the shipped role grants the latter (the status
+		// writes of every signer test prove the apiserver accepts it).
+		{"signs for keyward.dev/* signer names", signerVerb("sign", "keyward.dev/*"), true},
+		{"creates Events", attrs{Resource: "events", Verb: "create", Namespace: "any"}, true},
+		{"updates its Lease", attrs{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: signerNamespace, Name: "keyward-signer"}, true},
+
+		{"does not update a PodCertificateRequest's spec", pcr("update", ""), false},
+		{"does not patch a PodCertificateRequest's status", pcr("patch", "status"), false},
+		{"does not delete PodCertificateRequests", pcr("delete", ""), false},
+		{"does not sign for a kubernetes.io signer", signerVerb("sign", "kubernetes.io/kube-apiserver-client-pod"), false},
+		{"does not sign for another domain's signers", signerVerb("sign", "example.com/*"), false},
+		{"does not attest (publish trust bundles)", signerVerb("attest", "keyward.dev/*"), false},
+		{"does not write ClusterTrustBundles", attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "create"}, false},
+		{"does not write CSR status", attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "status", Verb: "update"}, false},
+		{"does not approve CSRs", attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "approval", Verb: "update"}, false},
+		{"does not read Secrets", attrs{Resource: "secrets", Verb: "get", Namespace: signerNamespace}, false},
+		{"does not read Namespaces", attrs{Resource: "namespaces", Verb: "list"}, false},
+		{"does not touch Leases elsewhere", attrs{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: "kube-system", Name: "kube-controller-manager"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := tc.attrs
+			review, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+				Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &a},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review.Status.Allowed != tc.want {
+				t.Fatalf("allowed = %v, want %v (%s)", review.Status.Allowed, tc.want, review.Status.Reason)
+			}
+		})
+	}
+}
