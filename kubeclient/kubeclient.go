@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -47,12 +48,18 @@ func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 var ErrNoPodCertificates = errors.New("cluster serves no PodCertificateRequest API (certificates.k8s.io v1 or v1beta1)")
 
 // PodCertificateVersion returns "v1" if certificates.k8s.io/v1 serves
-// podcertificaterequests, else "v1beta1" if that does.
+// podcertificaterequests, else "v1beta1" if that does. A group version the
+// server does not serve (404) is skipped; any other discovery error is
+// returned, so that a flaky apiserver never silently selects v1beta1.
 func PodCertificateVersion(d discovery.DiscoveryInterface) (string, error) {
 	for _, v := range []string{"v1", "v1beta1"} {
-		list, err := d.ServerResourcesForGroupVersion("certificates.k8s.io/" + v)
-		if err != nil {
+		gv := "certificates.k8s.io/" + v
+		list, err := d.ServerResourcesForGroupVersion(gv)
+		if apierrors.IsNotFound(err) {
 			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("discovering %s: %w", gv, err)
 		}
 		names := sets.New[string]()
 		for _, r := range list.APIResources {
@@ -78,10 +85,12 @@ type LeaderElection struct {
 
 // RunLeader runs lead while this replica holds the Lease. When leadership is
 // lost, lead's context is canceled and RunLeader returns an error: the
-// caller exits, so no two replicas ever issue at once. It returns nil when
-// ctx ends. Either way it returns only after lead has returned, so that the
-// caller may close what lead uses (keys, event sinks) once it is back.
-func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElection, lead func(context.Context)) error {
+// caller exits, so no two replicas ever issue at once. When lead returns
+// before its context ends (it failed, or stopped on its own), the Lease is
+// released and RunLeader returns lead's error, so a standby takes over. It
+// returns nil when ctx ends. In every case it returns only after lead has
+// returned, so that the caller may close what lead uses (keys, event sinks).
+func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElection, lead func(context.Context) error) error {
 	id := le.Identity
 	if id == "" {
 		host, _ := os.Hostname()
@@ -100,8 +109,11 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 	var (
 		mu      sync.Mutex
 		stopped bool
+		leadErr error
 		running sync.WaitGroup
 	)
+	electCtx, stopElecting := context.WithCancel(ctx)
+	defer stopElecting()
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   le.LeaseDuration,
@@ -123,7 +135,16 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 				if le.OnLeading != nil {
 					le.OnLeading()
 				}
-				lead(ctx)
+				err := lead(ctx)
+				if ctx.Err() == nil {
+					if err == nil {
+						err = errors.New("stopped while still leading")
+					}
+					mu.Lock()
+					leadErr = err
+					mu.Unlock()
+					stopElecting() // releases the Lease (ReleaseOnCancel)
+				}
 			},
 			OnStoppedLeading: func() { close(lost) },
 			OnNewLeader: func(identity string) {
@@ -139,13 +160,16 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 	if err != nil {
 		return fmt.Errorf("configuring leader election: %w", err)
 	}
-	elector.Run(ctx)
+	elector.Run(electCtx)
 	<-lost
 	mu.Lock()
 	stopped = true
 	mu.Unlock()
 	running.Wait()
-	if ctx.Err() != nil {
+	switch {
+	case leadErr != nil:
+		return fmt.Errorf("leading: %w", leadErr)
+	case ctx.Err() != nil:
 		return nil
 	}
 	return errors.New("lost leadership")

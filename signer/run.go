@@ -32,6 +32,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Options are what Run needs besides the configuration file.
@@ -50,16 +51,27 @@ type Options struct {
 
 // state is what /readyz reports.
 type state struct {
-	backendsOpen atomic.Bool
-	leading      atomic.Bool
-	standby      atomic.Bool
-	controller   atomic.Pointer[pcr.Controller]
+	keys       atomic.Pointer[[]*healthKey] // nil until every CA key is open
+	leading    atomic.Bool
+	standby    atomic.Bool
+	controller atomic.Pointer[pcr.Controller]
 }
 
+// ready is nil when every CA key is open and its backend answered the last
+// signature, and this replica either stands by or leads with synced caches.
 func (s *state) ready() error {
-	switch {
-	case !s.backendsOpen.Load():
+	keys := s.keys.Load()
+	if keys == nil {
 		return errors.New("CA keys not opened yet")
+	}
+	var errs []error
+	for _, k := range *keys {
+		errs = append(errs, k.check())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	switch {
 	case s.leading.Load():
 		if c := s.controller.Load(); c == nil || !c.HasSynced() {
 			return errors.New("leading, caches not synced yet")
@@ -93,12 +105,16 @@ func Run(ctx context.Context, o Options) error {
 		o.Ready(metricsAddr, healthAddr)
 	}
 
-	signers, closeKeys, err := OpenSigners(ctx, cfg, o.Backends)
+	signers, keys, err := openSigners(ctx, cfg, o.Backends)
 	if err != nil {
 		return err
 	}
-	defer closeKeys()
-	st.backendsOpen.Store(true)
+	defer closeKeys(keys)
+	st.keys.Store(&keys)
+	// Every replica, leader or standby, reports when its CAs expire.
+	for _, s := range signers {
+		metrics.CANotAfter.WithLabelValues(s.Name).Set(float64(s.Authority.Certificate().NotAfter.Unix()))
+	}
 
 	restCfg, err := kubeclient.Config(cfg.KubeClient.Kubeconfig, cfg.KubeClient.QPS, cfg.KubeClient.Burst)
 	if err != nil {
@@ -124,24 +140,26 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "keyward-signer"})
 
-	lead := func(ctx context.Context) {
+	// lead issues until ctx ends. A controller that cannot be built or
+	// stops on its own is an error: the replica gives up the Lease and
+	// exits rather than hold it while issuing nothing.
+	lead := func(ctx context.Context) error {
 		c, err := pcr.New(pcr.Options{
 			Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
 			FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Recorder: recorder,
 		})
 		if err != nil {
-			logger.Error(err, "Building the PodCertificateRequest controller")
-			return
+			return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
 		}
 		st.controller.Store(c)
 		if err := c.Run(ctx); err != nil {
-			logger.Error(err, "PodCertificateRequest controller stopped")
+			return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
 		}
+		return nil
 	}
 	if !*cfg.LeaderElection.Enabled {
 		st.leading.Store(true)
-		lead(ctx)
-		return nil
+		return lead(ctx)
 	}
 	le := cfg.LeaderElection
 	return kubeclient.RunLeader(ctx, client, kubeclient.LeaderElection{
@@ -152,38 +170,35 @@ func Run(ctx context.Context, o Options) error {
 	}, lead)
 }
 
-// OpenSigners opens each signer's CA key and certificate and builds its
-// policy. The returned func closes the keys.
-func OpenSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *backends.Registry) ([]*pcr.Signer, func(), error) {
+// openSigners opens each signer's CA key and certificate and builds its
+// policy. Each key is wrapped in a healthKey for /readyz. On error every key
+// opened so far is closed.
+func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *backends.Registry) ([]*pcr.Signer, []*healthKey, error) {
 	var out []*pcr.Signer
-	var keys []backends.Signer
-	closeAll := func() {
-		for _, k := range keys {
-			k.Close()
-		}
+	var keys []*healthKey
+	fail := func(err error) ([]*pcr.Signer, []*healthKey, error) {
+		closeKeys(keys)
+		return nil, nil, err
 	}
 	for i, sc := range cfg.Signers {
 		field := fmt.Sprintf("signers[%d] (%s)", i, sc.Name)
-		key, err := reg.Open(ctx, backends.OpenRequest{URI: sc.CA.KeyURI})
+		opened, err := reg.Open(ctx, backends.OpenRequest{URI: sc.CA.KeyURI})
 		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("%s: opening ca.keyURI: %w", field, err)
+			return fail(fmt.Errorf("%s: opening ca.keyURI: %w", field, err))
 		}
+		key := newHealthKey(opened, clock.RealClock{})
 		keys = append(keys, key)
 		cert, chain, err := loadCA(sc.CA)
 		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("%s: %w", field, err)
+			return fail(fmt.Errorf("%s: %w", field, err))
 		}
 		auth, err := authority.New(cert, chain, key)
 		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("%s: %w", field, err)
+			return fail(fmt.Errorf("%s: %w", field, err))
 		}
 		prof, err := profile.New(sc)
 		if err != nil {
-			closeAll()
-			return nil, nil, err
+			return fail(err)
 		}
 		scheme, _, _ := strings.Cut(sc.CA.KeyURI, ":")
 		out = append(out, &pcr.Signer{
@@ -195,7 +210,13 @@ func OpenSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *back
 			DenyOnLimit: sc.RateLimits.OnLimit == "deny",
 		})
 	}
-	return out, closeAll, nil
+	return out, keys, nil
+}
+
+func closeKeys(keys []*healthKey) {
+	for _, k := range keys {
+		k.Close()
+	}
 }
 
 func loadCA(ca config.CA) (*x509.Certificate, []*x509.Certificate, error) {

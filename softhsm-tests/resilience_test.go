@@ -41,8 +41,9 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 	suffix := uniqueName(t, "o")
 	name := "keyward.dev/outage-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
+	rs := runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	readyz := "http://" + rs.HealthAddr + "/readyz"
 
 	// Take the token away: SoftHSM fails every call until it is back.
 	tokens := hsmEnv.TokenDir()
@@ -71,6 +72,12 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 			t.Fatalf("%s got a status while the HSM was away: %+v", p.Name, got.Status.Conditions)
 		}
 	}
+	// The backend did not answer: the replica says so on /readyz.
+	if err := httpOK(readyz); err == nil {
+		t.Error("/readyz answered ok while the CA key's token was away")
+	} else {
+		t.Logf("/readyz during the outage: %v", err)
+	}
 	time.Sleep(30*time.Second - time.Since(outageStart))
 	restore()
 	for _, p := range burst {
@@ -79,6 +86,9 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 			t.Fatalf("%s after the outage: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
 		}
 		parseChain(t, got.Status.CertificateChain, root)
+	}
+	if err := waitReady(rs.HealthAddr); err != nil {
+		t.Errorf("/readyz after the outage: %v", err)
 	}
 }
 

@@ -2,10 +2,12 @@
 package app
 
 import (
+	"flag"
 	"fmt"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 // NewCommand returns the root `keyward` command with every subcommand.
@@ -15,6 +17,13 @@ func NewCommand() *cobra.Command {
 		Short:         "An external Kubernetes certificate signer whose CA keys stay in an HSM or KMS",
 		SilenceUsage:  true,
 		SilenceErrors: false,
+	}
+	// klog's verbosity flags on every command, so that per-request detail
+	// (V(2)) can be turned on; logs go to stderr.
+	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(logFlags)
+	for _, name := range []string{"v", "vmodule"} {
+		root.PersistentFlags().AddGoFlag(logFlags.Lookup(name))
 	}
 	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand())
 	return root
