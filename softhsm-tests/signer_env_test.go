@@ -105,6 +105,8 @@ func runSigner(t testing.TB, cfg *config.SignerConfiguration, identity string) *
 type runningSigner struct {
 	Stop                    func()
 	MetricsAddr, HealthAddr string
+	// LogPath is the signer's log (klog text, verbosity 2).
+	LogPath string
 }
 
 // runSignerVersion is runSigner speaking a forced PodCertificateRequest
@@ -162,7 +164,7 @@ func runSignerWith(t testing.TB, cfg *config.SignerConfiguration, identity, vers
 		if err := waitReady(a[1]); err != nil {
 			t.Fatalf("signer %s not ready: %v", identity, err)
 		}
-		return &runningSigner{Stop: stop, MetricsAddr: a[0], HealthAddr: a[1]}
+		return &runningSigner{Stop: stop, MetricsAddr: a[0], HealthAddr: a[1], LogPath: logPath}
 	case err := <-done:
 		t.Fatalf("signer %s exited: %v", identity, err)
 	}

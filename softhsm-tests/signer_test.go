@@ -2,12 +2,14 @@ package softhsmtests
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +19,9 @@ import (
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
 	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func httpOK(url string) error {
@@ -245,7 +249,8 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 }
 
 // The signer reports issuances, latency, backend signatures and its CA's
-// expiry on /metrics, and answers /healthz and /readyz.
+// expiry on /metrics, answers /healthz and /readyz, records an Event for
+// each outcome and writes one audit line per issued certificate.
 func TestMetricsAndHealth(t *testing.T) {
 	ctx := testContext(t)
 	suffix := uniqueName(t, "m")
@@ -254,9 +259,58 @@ func TestMetricsAndHealth(t *testing.T) {
 	s := runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	p, _ := createPCR(t, ctx, w, name, pcrOptions{})
-	waitTerminal(t, ctx, p, 30*time.Second)
+	issued := waitTerminal(t, ctx, p, 30*time.Second)
+	leaf := parseChain(t, issued.Status.CertificateChain, root)
 	denied, _ := createPCR(t, ctx, w, name, pcrOptions{annotations: map[string]string{"example.com/x": "y"}})
 	waitTerminal(t, ctx, denied, 30*time.Second)
+
+	// Events on the PCRs, as kubectl describe shows them.
+	for _, tc := range []struct {
+		pcr            *certv1.PodCertificateRequest
+		typ, reason    string
+		messageContent string
+	}{
+		{p, corev1.EventTypeNormal, "Issued", leaf.SerialNumber.Text(16)},
+		{denied, corev1.EventTypeWarning, "InvalidUnverifiedUserAnnotations", "example.com/x"},
+	} {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			evs, err := cp.AdminClient().CoreV1().Events(tc.pcr.Namespace).List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.name=" + tc.pcr.Name + ",involvedObject.kind=PodCertificateRequest"})
+			if err != nil {
+				return false, err
+			}
+			for _, e := range evs.Items {
+				if e.Type == tc.typ && e.Reason == tc.reason && strings.Contains(e.Message, tc.messageContent) && e.Source.Component == "keyward-signer" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("no %s Event %s mentioning %q on %s: %v", tc.typ, tc.reason, tc.messageContent, tc.pcr.Name, err)
+		}
+	}
+
+	// The audit line names the certificate, the workload and the CA key.
+	logData, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audit string
+	for _, line := range strings.Split(string(logData), "\n") {
+		if strings.Contains(line, `"Issued"`) && strings.Contains(line, `pcr="`+p.Namespace+"/"+p.Name+`"`) {
+			audit = line
+		}
+	}
+	for _, field := range []string{
+		`serial="` + leaf.SerialNumber.Text(16) + `"`, `signer="` + name + `"`, `namespace="` + p.Namespace + `"`,
+		`pod="` + w.Pod.Name + `"`, `serviceAccount="` + w.ServiceAccount.Name + `"`, `node="` + w.Node.Name + `"`,
+		`keyType="ECDSAP256"`, `notAfter="` + leaf.NotAfter.UTC().Format(time.RFC3339) + `"`, `caKeyID=`,
+	} {
+		if !strings.Contains(audit, field) {
+			t.Errorf("audit line lacks %s: %q", field, audit)
+		}
+	}
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if err := httpOK("http://" + s.HealthAddr + path); err != nil {
