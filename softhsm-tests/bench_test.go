@@ -143,8 +143,9 @@ func BenchmarkPCRThroughput(b *testing.B) {
 }
 
 // BenchmarkPCRLatencyAt50PerSecond: the node creates 50 PCRs a second for
-// 10 seconds; latency is from Create returning to the Issued status
-// arriving on a watch.
+// 10 seconds; latency is from the node calling Create to the Issued status
+// arriving on a watch (it includes the create round trip, so it is the
+// node's whole wait for its certificate).
 func BenchmarkPCRLatencyAt50PerSecond(b *testing.B) {
 	const rate, seconds = 50, 10
 	const n = rate * seconds
@@ -164,13 +165,14 @@ func BenchmarkPCRLatencyAt50PerSecond(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			p, _ := newPCR(b, w, name)
+			asked := time.Now()
 			got, err := node.CertificatesV1().PodCertificateRequests(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 			if err != nil {
 				b.Error(err)
 				return
 			}
 			mu.Lock()
-			created[got.Name] = time.Now()
+			created[got.Name] = asked
 			mu.Unlock()
 		}()
 	}
@@ -180,7 +182,7 @@ func BenchmarkPCRLatencyAt50PerSecond(b *testing.B) {
 	iw.mu.Lock()
 	for name, at := range iw.seen {
 		if c, ok := created[name]; ok {
-			lat = append(lat, max(at.Sub(c), 0))
+			lat = append(lat, at.Sub(c))
 		}
 	}
 	iw.mu.Unlock()
