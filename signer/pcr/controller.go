@@ -576,10 +576,10 @@ func (l *limiters) reserve(node, namespace string, now time.Time) time.Duration 
 	defer l.mu.Unlock()
 	var rs []*rate.Reservation
 	if l.perNode != nil {
-		rs = append(rs, bucket(l.nodes, node, l.perNode).ReserveN(now, 1))
+		rs = append(rs, bucket(l.nodes, node, l.perNode, now).ReserveN(now, 1))
 	}
 	if l.perNamespace != nil {
-		rs = append(rs, bucket(l.namespaces, namespace, l.perNamespace).ReserveN(now, 1))
+		rs = append(rs, bucket(l.namespaces, namespace, l.perNamespace, now).ReserveN(now, 1))
 	}
 	var wait time.Duration
 	for _, r := range rs {
@@ -593,9 +593,21 @@ func (l *limiters) reserve(node, namespace string, now time.Time) time.Duration 
 	return wait
 }
 
-func bucket(m map[string]*rate.Limiter, key string, r *config.Rate) *rate.Limiter {
+// maxBuckets bounds each bucket map: beyond it, buckets that are full again
+// (their node or namespace has been quiet) are dropped; a new bucket starts
+// full, so dropping one changes nothing for its key.
+const maxBuckets = 4096
+
+func bucket(m map[string]*rate.Limiter, key string, r *config.Rate, now time.Time) *rate.Limiter {
 	l, ok := m[key]
 	if !ok {
+		if len(m) >= maxBuckets {
+			for k, old := range m {
+				if old.TokensAt(now) >= float64(old.Burst()) {
+					delete(m, k)
+				}
+			}
+		}
 		l = rate.NewLimiter(rate.Limit(r.QPS), r.Burst)
 		m[key] = l
 	}

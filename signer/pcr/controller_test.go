@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"path/filepath"
 	"sync/atomic"
@@ -313,5 +314,26 @@ func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
 	got2, _ := client.CertificatesV1().PodCertificateRequests(p2.Namespace).Get(context.Background(), p2.Name, metav1.GetOptions{})
 	if len(got2.Status.Conditions) != 1 || got2.Status.Conditions[0].Reason != ReasonRateLimited {
 		t.Fatalf("second request: conditions %+v, want Denied/%s", got2.Status.Conditions, ReasonRateLimited)
+	}
+}
+
+// The per-node buckets stay bounded: quiet nodes' full buckets are dropped,
+// a node that just spent its token keeps its drained bucket.
+func TestRateBucketsStayBounded(t *testing.T) {
+	l := newLimiters(&config.Rate{QPS: 1, Burst: 1}, nil)
+	now := time.Now()
+	var last time.Time
+	for i := range 2 * maxBuckets {
+		last = now.Add(time.Duration(i) * time.Millisecond) // 8 s in all: old buckets refill
+		if wait := l.reserve(fmt.Sprintf("node-%d", i), "ns", last); wait != 0 {
+			t.Fatalf("node-%d's first request waits %s", i, wait)
+		}
+	}
+	if n := len(l.nodes); n > maxBuckets {
+		t.Fatalf("%d node buckets, want at most %d", n, maxBuckets)
+	}
+	lastNode := fmt.Sprintf("node-%d", 2*maxBuckets-1)
+	if wait := l.reserve(lastNode, "ns", last); wait == 0 {
+		t.Fatalf("%s got a second token at once: its drained bucket was dropped", lastNode)
 	}
 }
