@@ -138,7 +138,8 @@ func (a Algorithm) SignerOpts() crypto.SignerOpts {
 	return info.hash
 }
 
-// CheckOpts reports whether opts, as passed to Sign, ask for a's scheme.
+// CheckOpts reports whether opts, as passed to Sign, ask for a's scheme
+// (for PSS: a salt as long as the hash).
 func (a Algorithm) CheckOpts(opts crypto.SignerOpts) error {
 	info := algorithms[a]
 	var h crypto.Hash
@@ -148,9 +149,12 @@ func (a Algorithm) CheckOpts(opts crypto.SignerOpts) error {
 	if h != info.hash {
 		return fmt.Errorf("%w: key %s signs %v digests, asked for %v", ErrUnsupportedAlgorithm, a, info.hash, h)
 	}
-	_, isPSS := opts.(*rsa.PSSOptions)
+	pss, isPSS := opts.(*rsa.PSSOptions)
 	if info.kind == KindRSA && isPSS != info.pss {
 		return fmt.Errorf("%w: key %s does not sign with %s", ErrUnsupportedAlgorithm, a, map[bool]string{true: "PSS", false: "PKCS#1 v1.5"}[isPSS])
+	}
+	if info.pss && isPSS && pss.SaltLength != rsa.PSSSaltLengthEqualsHash && pss.SaltLength != info.hash.Size() {
+		return fmt.Errorf("%w: key %s signs PSS with a salt as long as the hash, asked for salt length %d", ErrUnsupportedAlgorithm, a, pss.SaltLength)
 	}
 	return nil
 }

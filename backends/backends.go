@@ -65,7 +65,8 @@ type Provider interface {
 }
 
 // KeyCreator is the optional capability of making new keys, used by CA
-// rotation. Keys it makes cannot leave the backend.
+// rotation. HSM and KMS backends generate keys that cannot leave them; the
+// file backend writes the key to a PEM file.
 type KeyCreator interface {
 	CreateKey(ctx context.Context, req CreateKeyRequest) (Signer, error)
 }

@@ -77,5 +77,14 @@ func Wrap(kind error, op, uri, part string, err error) error {
 	return &Error{Kind: kind, Op: op, URI: uri, Part: part, Err: err}
 }
 
+// OptionError is a backend option (a field of a backend's Options, such as
+// "Retry.MaxBackoff") whose value cannot work. Option names the field.
+type OptionError struct {
+	Option string
+	Reason string
+}
+
+func (e *OptionError) Error() string { return e.Option + ": " + e.Reason }
+
 // IsTransient reports whether err is worth retrying.
 func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }

@@ -28,11 +28,16 @@ const (
 	DefaultMaxBackoff  = 5 * time.Second
 )
 
-// WithDefaults checks p and fills in its unset fields. Errors name the
-// field at fault.
+// WithDefaults checks p and fills in its unset fields. A value that cannot
+// work is an *OptionError naming the field ("Retry.MaxBackoff").
 func (p RetryPolicy) WithDefaults() (RetryPolicy, error) {
-	if p.MaxAttempts < 0 || p.BaseBackoff < 0 || p.MaxBackoff < 0 {
-		return p, fmt.Errorf("Retry.MaxAttempts (%d), BaseBackoff (%v) and MaxBackoff (%v) must not be negative", p.MaxAttempts, p.BaseBackoff, p.MaxBackoff)
+	switch {
+	case p.MaxAttempts < 0:
+		return p, &OptionError{Option: "Retry.MaxAttempts", Reason: fmt.Sprintf("%d is negative", p.MaxAttempts)}
+	case p.BaseBackoff < 0:
+		return p, &OptionError{Option: "Retry.BaseBackoff", Reason: fmt.Sprintf("%v is negative", p.BaseBackoff)}
+	case p.MaxBackoff < 0:
+		return p, &OptionError{Option: "Retry.MaxBackoff", Reason: fmt.Sprintf("%v is negative", p.MaxBackoff)}
 	}
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultMaxAttempts
@@ -44,7 +49,7 @@ func (p RetryPolicy) WithDefaults() (RetryPolicy, error) {
 		p.MaxBackoff = max(DefaultMaxBackoff, p.BaseBackoff)
 	}
 	if p.MaxBackoff < p.BaseBackoff {
-		return p, fmt.Errorf("Retry.MaxBackoff (%v) is shorter than BaseBackoff (%v)", p.MaxBackoff, p.BaseBackoff)
+		return p, &OptionError{Option: "Retry.MaxBackoff", Reason: fmt.Sprintf("%v is shorter than BaseBackoff (%v)", p.MaxBackoff, p.BaseBackoff)}
 	}
 	return p, nil
 }

@@ -1,7 +1,7 @@
 package backends
 
 import (
-	"strings"
+	"errors"
 	"testing"
 	"time"
 )
@@ -52,15 +52,19 @@ func TestRetryPolicyDefaultsAndRefusals(t *testing.T) {
 		t.Errorf("a base above the default cap gave MaxBackoff %v, want the base", p.MaxBackoff)
 	}
 	for _, tc := range []struct {
+		name string
 		p    RetryPolicy
 		want string
 	}{
-		{RetryPolicy{MaxAttempts: -1}, "MaxAttempts"},
-		{RetryPolicy{BaseBackoff: -time.Second}, "BaseBackoff"},
-		{RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}, "MaxBackoff (1ms) is shorter"},
+		{"a negative MaxAttempts", RetryPolicy{MaxAttempts: -1}, "Retry.MaxAttempts"},
+		{"a negative BaseBackoff", RetryPolicy{BaseBackoff: -time.Second}, "Retry.BaseBackoff"},
+		{"a negative MaxBackoff", RetryPolicy{MaxBackoff: -time.Second}, "Retry.MaxBackoff"},
+		{"a MaxBackoff shorter than BaseBackoff", RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}, "Retry.MaxBackoff"},
 	} {
-		if _, err := tc.p.WithDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: got %v, want an error naming %s", tc.p, err, tc.want)
+		_, err := tc.p.WithDefaults()
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Option != tc.want {
+			t.Errorf("%s: got %v, want an *OptionError naming %s", tc.name, err, tc.want)
 		}
 	}
 }

@@ -118,7 +118,7 @@ var (
 // loaded, and clients are made, by the first Open or CreateKey.
 func New(opts Options) (*Provider, error) {
 	if opts.CallTimeout < 0 {
-		return nil, fmt.Errorf("awskms: CallTimeout (%v) must not be negative", opts.CallTimeout)
+		return nil, fmt.Errorf("awskms: %w", &backends.OptionError{Option: "CallTimeout", Reason: fmt.Sprintf("%v is negative", opts.CallTimeout)})
 	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 10 * time.Second

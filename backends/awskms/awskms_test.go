@@ -70,6 +70,10 @@ func TestConformance(t *testing.T) {
 			return "awskms:region=" + region + ";description=keyward%20conformance?endpoint=" + srv.URL()
 		},
 		Algorithms: testAlgorithms(),
+		Stall: func(*testing.T) func() {
+			srv.SetLatency(time.Hour)
+			return func() { srv.SetLatency(0) }
+		},
 	})
 }
 
@@ -306,13 +310,18 @@ func TestURIErrorsNameThePartAtFault(t *testing.T) {
 }
 
 func TestNewValidatesOptionsAndDoesNoIO(t *testing.T) {
-	for _, opts := range []awskms.Options{
-		{CallTimeout: -time.Second},
-		{Retry: backends.RetryPolicy{MaxAttempts: -1}},
-		{Retry: backends.RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}},
+	for _, tc := range []struct {
+		opts   awskms.Options
+		option string
+	}{
+		{awskms.Options{CallTimeout: -time.Second}, "CallTimeout"},
+		{awskms.Options{Retry: backends.RetryPolicy{MaxAttempts: -1}}, "Retry.MaxAttempts"},
+		{awskms.Options{Retry: backends.RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}}, "Retry.MaxBackoff"},
 	} {
-		if _, err := awskms.New(opts); err == nil {
-			t.Errorf("New(%+v) succeeded", opts)
+		_, err := awskms.New(tc.opts)
+		var oe *backends.OptionError
+		if !errors.As(err, &oe) || oe.Option != tc.option {
+			t.Errorf("New(%+v): got %v, want an *OptionError naming %s", tc.opts, err, tc.option)
 		}
 	}
 

@@ -1,6 +1,7 @@
 // Package backendtest is the conformance suite every keyward key backend
 // passes, for every algorithm it claims: sign and verify, a real x509 chain,
-// 16 concurrent signers, context cancellation, typed errors, key creation.
+// 16 concurrent signers, context cancellation (before a call, and during one
+// where the backend can be interrupted), typed errors, key creation.
 package backendtest
 
 import (
@@ -9,6 +10,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -39,7 +41,21 @@ type Harness struct {
 	// Algorithms restricts the run to these (default: Provider.Algorithms()),
 	// e.g. to keep slow RSA-4096 generation out of -short runs.
 	Algorithms []backends.Algorithm
+	// Stall, if set, declares that the backend abandons a call in flight
+	// when its context is canceled (the KMS backends do; a PKCS#11 call
+	// cannot be interrupted, so pkcs11 leaves it nil). It makes every later
+	// call to the backend's service hang until the caller gives up, and
+	// returns a function that ends the stall. The suite then cancels a
+	// signature mid-call and expects context.Canceled at once.
+	Stall func(t *testing.T) (end func())
 }
+
+// midCallWait is how long the suite lets a stalled signature run before
+// canceling it; midCallLimit is how soon after that it must return.
+const (
+	midCallWait  = 50 * time.Millisecond
+	midCallLimit = 5 * time.Second
+)
 
 // Run runs the suite.
 func Run(t *testing.T, h Harness) {
@@ -58,7 +74,10 @@ func Run(t *testing.T, h Harness) {
 			t.Run("signs a verifiable x509 chain", func(t *testing.T) { checkChain(t, s) })
 			t.Run("16 concurrent signers", func(t *testing.T) { checkConcurrent(t, s, 16, 8) })
 			t.Run("canceled context stops signing", func(t *testing.T) { checkCanceled(t, s) })
-			t.Run("wrong signer options are refused", func(t *testing.T) { checkWrongOpts(t, s) })
+			if h.Stall != nil {
+				t.Run("cancellation stops a signature in flight", func(t *testing.T) { checkCanceledMidCall(t, s, h.Stall) })
+			}
+			t.Run("wrong signer options or digest length are refused", func(t *testing.T) { checkWrongOpts(t, s) })
 			t.Run("reopening gives the same key", func(t *testing.T) {
 				again := open(t, h, s.URI())
 				if again.Fingerprint() != s.Fingerprint() || again.KeyVersion() != s.KeyVersion() {
@@ -277,11 +296,52 @@ func checkCanceled(t *testing.T, s backends.Signer) {
 	}
 }
 
+func checkCanceledMidCall(t *testing.T, s backends.Signer, stall func(*testing.T) func()) {
+	t.Helper()
+	end := stall(t)
+	defer end()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.SignContext(ctx, digestFor(s.Algorithm(), []byte("x")), s.Algorithm().SignerOpts())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("SignContext returned (%v) before its context was canceled: the backend did not stall", err)
+	case <-time.After(midCallWait):
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !backends.IsTransient(err) {
+			t.Fatalf("SignContext canceled mid-call: got %v, want context.Canceled (transient)", err)
+		}
+	case <-time.After(midCallLimit):
+		t.Fatalf("SignContext still running %v after its context was canceled: the call was not interrupted", midCallLimit)
+	}
+}
+
 func checkWrongOpts(t *testing.T, s backends.Signer) {
 	t.Helper()
 	wrong := crypto.Hash(crypto.SHA1)
 	_, err := s.SignContext(context.Background(), make([]byte, 20), wrong)
 	if !errors.Is(err, backends.ErrUnsupportedAlgorithm) {
 		t.Fatalf("SignContext with SHA-1 options: got %v, want ErrUnsupportedAlgorithm", err)
+	}
+	if alg := s.Algorithm(); alg.Hash() != 0 {
+		short := digestFor(alg, []byte("x"))[1:]
+		_, err := s.SignContext(context.Background(), short, alg.SignerOpts())
+		if !errors.Is(err, backends.ErrPermanent) || backends.IsTransient(err) {
+			t.Fatalf("SignContext with a %d-byte digest: got %v, want a permanent error", len(short), err)
+		}
+	}
+	if alg := s.Algorithm(); alg.PSS() {
+		auto := &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthAuto, Hash: alg.Hash()}
+		_, err := s.SignContext(context.Background(), digestFor(alg, []byte("x")), auto)
+		if !errors.Is(err, backends.ErrUnsupportedAlgorithm) {
+			t.Fatalf("SignContext with PSS options of automatic salt length: got %v, want ErrUnsupportedAlgorithm", err)
+		}
 	}
 }

@@ -172,6 +172,9 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 	if err := s.Algorithm().CheckOpts(opts); err != nil {
 		return nil, backends.Wrap(backends.ErrUnsupportedAlgorithm, "sign", s.URI(), "", err)
 	}
+	if h := s.Algorithm().Hash(); h != 0 && len(digest) != h.Size() {
+		return nil, backends.Errorf(backends.ErrPermanent, "sign", s.URI(), "", "digest is %d bytes, %v digests are %d", len(digest), h, h.Size())
+	}
 	sig, err := s.key.Sign(rand.Reader, digest, opts)
 	if err != nil {
 		return nil, backends.Wrap(backends.ErrPermanent, "sign", s.URI(), "", err)

@@ -92,8 +92,11 @@ var (
 // New validates and defaults opts. It connects to nothing: the Cloud KMS
 // client is created by the first Open or CreateKey.
 func New(opts Options) (*Provider, error) {
-	if opts.CallTimeout < 0 || opts.PollInterval < 0 {
-		return nil, fmt.Errorf("gcpkms: CallTimeout (%v) and PollInterval (%v) must not be negative", opts.CallTimeout, opts.PollInterval)
+	if opts.CallTimeout < 0 {
+		return nil, fmt.Errorf("gcpkms: %w", &backends.OptionError{Option: "CallTimeout", Reason: fmt.Sprintf("%v is negative", opts.CallTimeout)})
+	}
+	if opts.PollInterval < 0 {
+		return nil, fmt.Errorf("gcpkms: %w", &backends.OptionError{Option: "PollInterval", Reason: fmt.Sprintf("%v is negative", opts.PollInterval)})
 	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 10 * time.Second

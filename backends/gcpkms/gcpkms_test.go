@@ -63,6 +63,10 @@ func TestConformance(t *testing.T) {
 			return "gcpkms:" + name
 		},
 		Algorithms: testAlgorithms(),
+		Stall: func(*testing.T) func() {
+			srv.SetLatency(time.Hour)
+			return func() { srv.SetLatency(0) }
+		},
 	})
 }
 
@@ -616,19 +620,22 @@ func TestURIErrorsNameThePart(t *testing.T) {
 
 func TestNewRefusesInvalidOptions(t *testing.T) {
 	tests := []struct {
-		name string
-		opts gcpkms.Options
+		name   string
+		opts   gcpkms.Options
+		option string
 	}{
-		{"a negative CallTimeout", gcpkms.Options{CallTimeout: -time.Second}},
-		{"a negative PollInterval", gcpkms.Options{PollInterval: -time.Second}},
-		{"a negative MaxAttempts", gcpkms.Options{Retry: backends.RetryPolicy{MaxAttempts: -1}}},
-		{"a negative BaseBackoff", gcpkms.Options{Retry: backends.RetryPolicy{BaseBackoff: -time.Second}}},
-		{"a MaxBackoff shorter than BaseBackoff", gcpkms.Options{Retry: backends.RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}}},
+		{"a negative CallTimeout", gcpkms.Options{CallTimeout: -time.Second}, "CallTimeout"},
+		{"a negative PollInterval", gcpkms.Options{PollInterval: -time.Second}, "PollInterval"},
+		{"a negative MaxAttempts", gcpkms.Options{Retry: backends.RetryPolicy{MaxAttempts: -1}}, "Retry.MaxAttempts"},
+		{"a negative BaseBackoff", gcpkms.Options{Retry: backends.RetryPolicy{BaseBackoff: -time.Second}}, "Retry.BaseBackoff"},
+		{"a MaxBackoff shorter than BaseBackoff", gcpkms.Options{Retry: backends.RetryPolicy{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}}, "Retry.MaxBackoff"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := gcpkms.New(tt.opts); err == nil {
-				t.Fatal("New accepted it")
+			_, err := gcpkms.New(tt.opts)
+			var oe *backends.OptionError
+			if !errors.As(err, &oe) || oe.Option != tt.option {
+				t.Fatalf("got %v, want an *OptionError naming %s", err, tt.option)
 			}
 		})
 	}

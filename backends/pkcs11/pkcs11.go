@@ -23,11 +23,13 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThalesGroup/crypto11"
 	"github.com/keyward/keyward/backends"
 	p11 "github.com/miekg/pkcs11"
+	"github.com/thales-e-security/pool"
 )
 
 // Options configure a Provider. The zero value is usable.
@@ -50,6 +52,8 @@ type Provider struct {
 
 	mu     sync.Mutex
 	tokens map[tokenKey]*token
+
+	reopens atomic.Uint64
 }
 
 var _ backends.KeyCreator = (*Provider)(nil)
@@ -63,7 +67,7 @@ func New(opts Options) (*Provider, error) {
 		opts.MaxSessions = 16
 	}
 	if opts.MaxSessions < 2 {
-		return nil, fmt.Errorf("pkcs11: MaxSessions must be at least 2 (crypto11 keeps one for itself), got %d", opts.MaxSessions)
+		return nil, fmt.Errorf("pkcs11: %w", &backends.OptionError{Option: "MaxSessions", Reason: fmt.Sprintf("%d is less than 2 (crypto11 keeps one session for itself)", opts.MaxSessions)})
 	}
 	if opts.PoolWaitTimeout <= 0 {
 		opts.PoolWaitTimeout = 5 * time.Second
@@ -88,6 +92,11 @@ func (*Provider) Algorithms() []backends.Algorithm {
 	return out
 }
 
+// Reopens is how many times a token that went down has been re-opened —
+// the module initialised again and logged into — since New. Signers find
+// their key again on the re-opened token before they next sign.
+func (p *Provider) Reopens() uint64 { return p.reopens.Load() }
+
 // Close logs out of and closes every token.
 func (p *Provider) Close() error {
 	p.mu.Lock()
@@ -108,7 +117,7 @@ func (p *Provider) tokenFor(op string, loc location) (*token, error) {
 	if t, ok := p.tokens[k]; ok {
 		return t, nil
 	}
-	t := &token{loc: loc, opts: p.opts}
+	t := &token{loc: loc, opts: p.opts, reopens: &p.reopens}
 	if err := t.open(op); err != nil {
 		return nil, err
 	}
@@ -224,10 +233,14 @@ func (s *Signer) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byt
 // SignContext signs on the token. ctx is checked before the call; a PKCS#11
 // call itself cannot be interrupted, and the wait for a session is bounded by
 // Options.PoolWaitTimeout. If the token has gone away it is re-opened and the
-// signature attempted once more before a transient error is returned.
+// signature attempted once more before a transient error is returned. A
+// digest of the wrong length is refused, permanently, before any call.
 func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if err := s.Algorithm().CheckOpts(opts); err != nil {
 		return nil, backends.Wrap(backends.ErrUnsupportedAlgorithm, "sign", s.URI(), "", err)
+	}
+	if h := s.Algorithm().Hash(); h != 0 && len(digest) != h.Size() {
+		return nil, backends.Errorf(backends.ErrPermanent, "sign", s.URI(), "", "digest is %d bytes, %v digests are %d", len(digest), h, h.Size())
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -286,8 +299,9 @@ func (s *Signer) Close() error {
 
 // token is one logged-in PKCS#11 token, re-opened when it goes down.
 type token struct {
-	loc  location
-	opts Options
+	loc     location
+	opts    Options
+	reopens *atomic.Uint64 // the Provider's count of successful re-opens
 
 	// mu is held for reading by every operation on ctx and for writing
 	// while ctx is replaced, so no call runs on a context being closed.
@@ -322,7 +336,7 @@ func (t *token) openLocked(op string) error {
 	if err != nil {
 		part := "token"
 		switch {
-		case err.Error() == crypto11TokenNotFound:
+		case isTokenNotFound(err):
 			return backends.Wrap(backends.ErrNotFound, op, t.loc.String(), part, err)
 		case isCode(err, p11.CKR_PIN_INCORRECT, p11.CKR_PIN_INVALID, p11.CKR_PIN_EXPIRED, p11.CKR_PIN_LOCKED):
 			return backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "pin-source", errors.New("the token refused the PIN"))
@@ -335,10 +349,14 @@ func (t *token) openLocked(op string) error {
 	return nil
 }
 
-// crypto11TokenNotFound is the text of crypto11's unexported
-// errTokenNotFound, the only way to tell a missing token from other
-// Configure failures.
-const crypto11TokenNotFound = "could not find PKCS#11 token"
+// isTokenNotFound reports whether err is crypto11.Configure's "no token
+// with this label or serial". crypto11 v1.6.0 keeps that error unexported
+// (errTokenNotFound) and returns it unwrapped, so its text is the only way
+// to tell it from other Configure failures. The "token that does not exist"
+// case of TestURIErrorsNameThePart fails if an upgrade changes the text.
+func isTokenNotFound(err error) bool {
+	return err != nil && err.Error() == "could not find PKCS#11 token"
+}
 
 // live reports whether generation gen is the current, working one.
 func (t *token) live(gen uint64) bool {
@@ -392,6 +410,7 @@ func (t *token) ready(op string) (*crypto11.Context, uint64, func(), error) {
 			}
 			return nil, 0, nil, err
 		}
+		t.reopens.Add(1)
 	}
 	t.mu.Unlock()
 	return t.ready(op)
@@ -499,21 +518,24 @@ func needsReopen(err error) bool {
 		p11.CKR_GENERAL_ERROR)
 }
 
-// classify maps a PKCS#11 error to a backends kind.
+// classify maps an error from crypto11 or the module to a backends kind:
+// transient when the device, the session or the wait for a session failed
+// and a retry may succeed; permanent for everything else, notably the
+// caller's mistakes (bad arguments, data or mechanism parameters) and
+// crypto11's own refusals, which carry no PKCS#11 code.
 func classify(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return backends.ErrTransient
+	case errors.Is(err, pool.ErrTimeout):
+		// No session came free within Options.PoolWaitTimeout.
 		return backends.ErrTransient
 	case needsReopen(err):
 		return backends.ErrTransient
 	case isCode(err, p11.CKR_MECHANISM_INVALID, p11.CKR_MECHANISM_PARAM_INVALID, p11.CKR_KEY_TYPE_INCONSISTENT,
 		p11.CKR_KEY_FUNCTION_NOT_PERMITTED, p11.CKR_KEY_SIZE_RANGE, p11.CKR_DOMAIN_PARAMS_INVALID):
 		return backends.ErrUnsupportedAlgorithm
-	case isCode(err, p11.CKR_FUNCTION_FAILED):
-		return backends.ErrTransient
-	}
-	// crypto11's session pool timing out is an error without a code.
-	if err != nil && !hasCode(err) {
+	case isCode(err, p11.CKR_FUNCTION_FAILED, p11.CKR_SESSION_COUNT, p11.CKR_HOST_MEMORY):
 		return backends.ErrTransient
 	}
 	return backends.ErrPermanent
@@ -525,9 +547,4 @@ func isCode(err error, codes ...uint) bool {
 		return false
 	}
 	return slices.Contains(codes, uint(pe))
-}
-
-func hasCode(err error) bool {
-	var pe p11.Error
-	return errors.As(err, &pe)
 }

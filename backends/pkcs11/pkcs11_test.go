@@ -4,7 +4,9 @@ package pkcs11_test
 
 import (
 	"context"
+	"crypto"
 	"crypto/elliptic"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"os"
@@ -129,6 +131,8 @@ func TestConformance(t *testing.T) {
 			return tokenURI(token, fmt.Sprintf("object=created-%d", n))
 		},
 		Algorithms: testAlgorithms(),
+		// No Stall: a PKCS#11 call cannot be interrupted, so only a context
+		// canceled before the call is honoured.
 	})
 }
 
@@ -171,7 +175,8 @@ func TestCreatedKeysAreNotExtractable(t *testing.T) {
 
 // The token's files vanish mid-run (the HSM goes away) and come back:
 // signing fails with transient errors meanwhile and recovers without a new
-// Provider or process.
+// Provider, a new Open or a new process — by re-opening the token (module
+// initialised again, logged in again) and finding the key again.
 func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
 	tok, err := hsm.NewToken("recovery")
 	if err != nil {
@@ -199,6 +204,9 @@ func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
 	}
 	if err := sign(); err != nil {
 		t.Fatalf("before the outage: %v", err)
+	}
+	if n := p.Reopens(); n != 0 {
+		t.Fatalf("%d re-opens before the outage", n)
 	}
 
 	away := tokDir + ".away"
@@ -230,6 +238,56 @@ func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
 			t.Fatalf("after the token returned: %v", err)
 		}
 		time.Sleep(30 * time.Millisecond)
+	}
+	// The same Signer signed again, so the recovery went through the
+	// re-open: a key handle from before it is refused (the token's
+	// generation changed) and the key had to be found again.
+	n := p.Reopens()
+	if n == 0 {
+		t.Fatal("signing recovered but the token was never re-opened")
+	}
+	t.Logf("recovered after %d re-open(s)", n)
+	for range 3 {
+		if err := sign(); err != nil {
+			t.Fatalf("after recovering: %v", err)
+		}
+	}
+	if got := p.Reopens(); got != n {
+		t.Errorf("a healthy token was re-opened again: %d re-opens, was %d", got, n)
+	}
+}
+
+// Mistakes of the caller are refused before the token is asked, as
+// permanent errors: retrying them cannot help.
+func TestCallerMistakesArePermanent(t *testing.T) {
+	p := newProvider(t, pkcs11.Options{})
+	for i, tc := range []struct {
+		name   string
+		alg    backends.Algorithm
+		digest []byte
+		opts   crypto.SignerOpts
+		want   error
+	}{
+		{"a digest shorter than the hash", backends.ECDSAP256SHA256, make([]byte, 20), crypto.SHA256, backends.ErrPermanent},
+		{"a digest longer than the hash", backends.RSA2048PKCS1SHA256, make([]byte, 48), crypto.SHA256, backends.ErrPermanent},
+		{"PSS with an automatic salt length", backends.RSA2048PSSSHA256, make([]byte, 32),
+			&rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthAuto, Hash: crypto.SHA256}, backends.ErrUnsupportedAlgorithm},
+		{"PSS options for a PKCS#1 v1.5 key", backends.RSA2048PKCS1SHA256, make([]byte, 32),
+			&rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash, Hash: crypto.SHA256}, backends.ErrUnsupportedAlgorithm},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{
+				URI: tokenURI(token, fmt.Sprintf("object=mistake-%d", i)), Algorithm: tc.alg,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			_, err = s.SignContext(context.Background(), tc.digest, tc.opts)
+			if !errors.Is(err, tc.want) || !errors.Is(err, backends.ErrPermanent) || backends.IsTransient(err) {
+				t.Fatalf("got %v, want %v (permanent)", err, tc.want)
+			}
+		})
 	}
 }
 

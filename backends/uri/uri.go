@@ -101,24 +101,24 @@ func (u *URI) Unknown(allowed ...string) []string {
 var secretAttrs = []string{"pin-value"}
 
 // Redact returns s with the values of secret attributes replaced, for
-// errors and logs.
+// errors and logs. A path value ends at ';' or '?', a query value at '&'.
 func Redact(s string) string {
-	for _, a := range secretAttrs {
-		for {
-			i := strings.Index(s, a+"=")
-			if i < 0 {
-				break
+	path, query, hasQuery := strings.Cut(s, "?")
+	path = redactAttrs(path, ";")
+	if !hasQuery {
+		return path
+	}
+	return path + "?" + redactAttrs(query, "&")
+}
+
+func redactAttrs(s, sep string) string {
+	parts := strings.Split(s, sep)
+	for i, p := range parts {
+		for _, a := range secretAttrs {
+			if j := strings.Index(p, a+"="); j >= 0 {
+				parts[i] = p[:j+len(a)+1] + "REDACTED"
 			}
-			j := i + len(a) + 1
-			end := strings.IndexAny(s[j:], ";&")
-			if end < 0 {
-				end = len(s) - j
-			}
-			if s[j:j+end] == "REDACTED" {
-				break
-			}
-			s = s[:j] + "REDACTED" + s[j+end:]
 		}
 	}
-	return s
+	return strings.Join(parts, sep)
 }

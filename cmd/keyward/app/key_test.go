@@ -2,11 +2,13 @@ package app
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/internal/softhsm"
@@ -83,9 +85,10 @@ func TestKeyCreateThenInspect(t *testing.T) {
 			}
 		})
 	}
-	out, err := runKeyward(t, "key", "inspect", "--uri", "nosuch:thing")
-	if err == nil || !strings.Contains(out, "scheme") {
-		t.Fatalf("unknown scheme: err=%v out=%s", err, out)
+	_, err = runKeyward(t, "key", "inspect", "--uri", "nosuch:thing")
+	var be *backends.Error
+	if !errors.Is(err, backends.ErrInvalidURI) || !errors.As(err, &be) || be.Part != "scheme" {
+		t.Fatalf("unknown scheme: got %v, want ErrInvalidURI naming the scheme", err)
 	}
 }
 
