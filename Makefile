@@ -45,7 +45,7 @@ controlplane: $(KUBE_APISERVER) ## build kube-apiserver $(KUBE_VERSION) into the
 # never rebuilds. The build lives in hack/tools so keyward's own module never
 # compiles Kubernetes.
 $(KUBE_APISERVER):
-	@echo "building kube-apiserver $(KUBE_VERSION) into $(CP_DIR) (about 9 minutes cold)"
+	@echo "building kube-apiserver $(KUBE_VERSION) into $(CP_DIR) (5 to 10 minutes cold)"
 	@mkdir -p $(CP_DIR)
 	cd hack/tools && $(GO) build -o $(KUBE_APISERVER).tmp k8s.io/kubernetes/cmd/kube-apiserver
 	mv $(KUBE_APISERVER).tmp $(KUBE_APISERVER)

@@ -178,7 +178,8 @@ func TestCreatedKeysAreNotExtractable(t *testing.T) {
 // Provider, a new Open or a new process — by re-opening the token (module
 // initialised again, logged in again) and finding the key again.
 func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
-	tok, err := hsm.NewToken("recovery")
+	// A label of its own per run, so that -count=N makes a new token each time.
+	tok, err := hsm.NewToken(fmt.Sprintf("recovery-%d", time.Now().UnixNano()))
 	if err != nil {
 		t.Fatal(err)
 	}
