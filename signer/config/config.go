@@ -5,6 +5,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -164,11 +166,20 @@ func Load(path string) (*SignerConfiguration, error) {
 	return cfg, nil
 }
 
-// Parse decodes (unknown fields are errors), defaults and validates data.
+// Parse decodes (unknown and duplicate fields are errors that give the
+// field's path, field names are case-sensitive), defaults and validates data.
 func Parse(data []byte) (*SignerConfiguration, error) {
 	var cfg SignerConfiguration
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
 		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	strict, err := kjson.UnmarshalStrict(js, &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("decoding: %w", errors.Join(strict...))
 	}
 	cfg.Default()
 	if errs := cfg.Validate(); len(errs) > 0 {

@@ -44,7 +44,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		wantField string
 	}{
 		{"an unknown top-level field", "workers: 8", "workers: 8\nworkerz: 3", `"workerz"`},
-		{"an unknown signer field", "profile: podIdentity", "profile: podIdentity\n  lifetime: 1h", `"lifetime"`},
+		{"an unknown signer field", "profile: podIdentity", "profile: podIdentity\n  lifetime: 1h", `"signers[0].lifetime"`},
 		{"a wrong kind", "kind: SignerConfiguration", "kind: Config", "kind"},
 		{"a wrong apiVersion", "apiVersion: keyward.dev/v1alpha1", "apiVersion: v1", "apiVersion"},
 		{"an unknown profile", "profile: podIdentity", "profile: mtls", "signers[0].profile"},
@@ -67,7 +67,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a Cloud KMS endpoint without a port", "endpoint: cloudkms.googleapis.com:443", "endpoint: cloudkms.googleapis.com", "backends.gcpkms.endpoint"},
 		{"a Cloud KMS endpoint given as a URL", "endpoint: cloudkms.googleapis.com:443", "endpoint: https://cloudkms.googleapis.com:443", "backends.gcpkms.endpoint"},
 		{"a negative AWS KMS attempt count", "  awskms:\n    callTimeout: 5s\n    maxAttempts: 4", "  awskms:\n    callTimeout: 5s\n    maxAttempts: -4", "backends.awskms.maxAttempts"},
-		{"an unknown backend field", "maxSessions: 32", "maxSessions: 32\n    slot: 0", `"slot"`},
+		{"an unknown backend field", "maxSessions: 32", "maxSessions: 32\n    slot: 0", `"backends.pkcs11.slot"`},
 		{"a rate limit without qps", "perNode: {qps: 10, burst: 20}", "perNode: {qps: 0, burst: 20}", "signers[2].rateLimits.perNode"},
 		{"an unknown limit action", "onLimit: deny", "onLimit: drop", "signers[2].rateLimits.onLimit"},
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
