@@ -332,8 +332,18 @@ func TestRateBucketsStayBounded(t *testing.T) {
 	if n := len(l.nodes); n > maxBuckets {
 		t.Fatalf("%d node buckets, want at most %d", n, maxBuckets)
 	}
-	lastNode := fmt.Sprintf("node-%d", 2*maxBuckets-1)
-	if wait := l.reserve(lastNode, "ns", last); wait == 0 {
-		t.Fatalf("%s got a second token at once: its drained bucket was dropped", lastNode)
+
+	// A full map of drained buckets, all spent at one instant: adding a key
+	// prunes, drops none of them, and their nodes still have to wait.
+	l = newLimiters(&config.Rate{QPS: 1, Burst: 1}, nil)
+	for i := range maxBuckets {
+		l.reserve(fmt.Sprintf("busy-%d", i), "ns", now)
+	}
+	l.reserve("newcomer", "ns", now)
+	if n := len(l.nodes); n != maxBuckets+1 {
+		t.Fatalf("%d node buckets after pruning drained ones, want %d", n, maxBuckets+1)
+	}
+	if wait := l.reserve("busy-0", "ns", now); wait == 0 {
+		t.Fatal("busy-0 got a second token at once: its drained bucket was dropped")
 	}
 }
