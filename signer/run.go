@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -51,10 +52,11 @@ type Options struct {
 
 // state is what /readyz reports.
 type state struct {
-	keys       atomic.Pointer[[]*healthKey] // nil until every CA key is open
-	leading    atomic.Bool
-	standby    atomic.Bool
-	controller atomic.Pointer[pcr.Controller]
+	keys        atomic.Pointer[[]*healthKey] // nil until every CA key is open
+	permissions atomic.Pointer[pcr.PermissionGate]
+	leading     atomic.Bool
+	standby     atomic.Bool
+	controller  atomic.Pointer[pcr.Controller]
 }
 
 // ready is nil when every CA key is open and its backend answered the last
@@ -69,6 +71,11 @@ func (s *state) ready() error {
 		errs = append(errs, k.check())
 	}
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if g := s.permissions.Load(); g == nil {
+		return errors.New("RBAC permissions not checked yet")
+	} else if err := g.Err(); err != nil {
 		return err
 	}
 	switch {
@@ -132,11 +139,46 @@ func Run(ctx context.Context, o Options) error {
 	}
 	logger.Info("Serving PodCertificateRequests", "version", "certificates.k8s.io/"+version, "signers", len(signers))
 
+	// Every replica checks its grants, so that a missing one shows in
+	// /readyz and the log before any request meets it; the gate keeps the
+	// controller from signing for a name it may not sign for.
+	names := make([]string, len(signers))
+	for i, s := range signers {
+		names[i] = s.Name
+	}
+	gate := pcr.NewPermissionGate(client, names, clock.RealClock{}, func(name string, missing bool) {
+		v := 0.0
+		if missing {
+			v = 1
+		}
+		metrics.PermissionMissing.WithLabelValues(name).Set(v)
+	})
+	if err := gate.Check(ctx); err != nil {
+		var missing *pcr.MissingPermissionError
+		if !errors.As(err, &missing) {
+			logger.Error(err, "Checking RBAC permissions; will check again")
+		}
+	}
+	st.permissions.Store(gate)
+	gateCtx, stopGate := context.WithCancel(ctx)
+	gateDone := make(chan struct{})
+	go func() { defer close(gateDone); gate.Run(gateCtx) }()
+	defer func() { stopGate(); <-gateDone }()
+
+	// Events have their own client and rate: a burst of Events never takes
+	// the QPS that status writes need, and the rate (pcr.EventPolicy) stays
+	// below this client's, so client-go's broadcaster never drops silently.
+	eventsCfg := rest.CopyConfig(restCfg)
+	eventsCfg.QPS, eventsCfg.Burst = float32(3*cfg.Events.PerSecond), int(30*cfg.Events.PerSecond)
+	eventsClient, err := kubernetes.NewForConfig(eventsCfg)
+	if err != nil {
+		return err
+	}
 	// Not cancelled with ctx: workers finishing their last requests after a
 	// shutdown began still record their Events; Shutdown, deferred, runs
 	// once the controller has returned.
 	broadcaster := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventsClient.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "keyward-signer"})
 
@@ -146,7 +188,8 @@ func Run(ctx context.Context, o Options) error {
 	lead := func(ctx context.Context) error {
 		c, err := pcr.New(pcr.Options{
 			Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
-			FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Recorder: recorder,
+			FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Permissions: gate, Recorder: recorder,
+			EventPolicy: pcr.EventPolicy{Issued: cfg.Events.Issued, WarningsPerSecond: cfg.Events.PerSecond, NormalPerSecond: cfg.Events.PerSecond},
 		})
 		if err != nil {
 			return fmt.Errorf("building the PodCertificateRequest controller: %w", err)

@@ -47,14 +47,17 @@ type SignerConfiguration struct {
 	MetricsAddress string         `json:"metricsAddress,omitempty"`
 	HealthAddress  string         `json:"healthAddress,omitempty"`
 	LeaderElection LeaderElection `json:"leaderElection,omitempty"`
-	// FailAfter turns a backend outage that has lasted this long for one
-	// request into Failed/SignerUnavailable. Zero (the default) never does:
-	// kubelet treats Failed as permanent.
+	// FailAfter turns an outage of a signer's CA key that has lasted this
+	// long (from its first failed signature; the next success ends it) into
+	// Failed/SignerUnavailable for the requests that meet it. Zero (the
+	// default) never does: kubelet treats Failed as permanent.
 	FailAfter metav1.Duration `json:"failAfter,omitempty"`
 	// Backends tunes the key backends (session pools, KMS endpoints and
 	// timeouts).
 	Backends Backends `json:"backends,omitempty"`
-	Signers  []Signer `json:"signers"`
+	// Events says which Kubernetes Events the signer records.
+	Events  Events   `json:"events,omitempty"`
+	Signers []Signer `json:"signers"`
 }
 
 // KubeClient says how to reach the apiserver.
@@ -64,6 +67,23 @@ type KubeClient struct {
 	QPS        float32 `json:"qps,omitempty"`
 	Burst      int     `json:"burst,omitempty"`
 }
+
+// Events says which Kubernetes Events the signer records. Warnings
+// (denials, failures, delays, refused writes) are always recorded; Events
+// beyond the rate are dropped and counted in keyward_events_dropped_total.
+type Events struct {
+	// Issued records a Normal Event for every issued certificate. Default
+	// false: at thousands of issuances the audit log line, the metrics and
+	// the request's own Issued condition are the record.
+	Issued bool `json:"issued,omitempty"`
+	// PerSecond bounds the Events of each type (Warning, Normal) recorded
+	// per second, with a burst of ten seconds' worth (default 10). Events
+	// have their own API client, so they never take issuance's QPS.
+	PerSecond float64 `json:"perSecond,omitempty"`
+}
+
+// DefaultEventsPerSecond is Events.PerSecond's default.
+const DefaultEventsPerSecond = 10
 
 // LeaderElection configures the Lease that makes one replica active.
 type LeaderElection struct {
@@ -199,6 +219,9 @@ func (c *SignerConfiguration) Default() {
 	if c.KubeClient.Burst == 0 {
 		c.KubeClient.Burst = 100
 	}
+	if c.Events.PerSecond == 0 {
+		c.Events.PerSecond = DefaultEventsPerSecond
+	}
 	if c.MetricsAddress == "" {
 		c.MetricsAddress = ":9090"
 	}
@@ -276,6 +299,9 @@ func (c *SignerConfiguration) Validate() field.ErrorList {
 	}
 	if c.KubeClient.QPS < 0 || c.KubeClient.Burst < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("kubeClient"), c.KubeClient, "qps and burst must not be negative"))
+	}
+	if c.Events.PerSecond < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("events", "perSecond"), c.Events.PerSecond, "must not be negative"))
 	}
 	if c.FailAfter.Duration < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("failAfter"), c.FailAfter.Duration.String(), "must not be negative"))

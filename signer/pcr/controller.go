@@ -2,9 +2,11 @@
 // the signer names it owns (a spec.signerName field selector per name),
 // writes only through /status, and brings each request to exactly one
 // terminal condition: Issued, Denied (a policy refusal) or Failed (a
-// permanent backend error, or an outage longer than FailAfter). Transient
-// errors are retried with capped backoff and never become Failed by default,
-// because kubelet treats Failed as permanent.
+// permanent backend error, or a CA-key outage longer than FailAfter).
+// Transient errors are retried with capped backoff and never become Failed
+// by default, because kubelet treats Failed as permanent. The CA key signs
+// at most once per request, plus once more only when kube-apiserver refuses
+// the certificate's notBefore as outside its window.
 package pcr
 
 import (
@@ -14,7 +16,6 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
-	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -23,15 +24,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -45,18 +42,42 @@ import (
 // Condition reasons keyward writes besides the apiserver's own
 // UnsupportedKeyType and InvalidUnverifiedUserAnnotations.
 const (
-	ReasonIssued            = "Issued"
-	ReasonRateLimited       = "RateLimited"
-	ReasonInvalidRequest    = "InvalidRequest"
-	ReasonBackendFailure    = "BackendFailure"
-	ReasonSignerUnavailable = "SignerUnavailable"
+	ReasonIssued             = "Issued"
+	ReasonRateLimited        = "RateLimited"
+	ReasonInvalidRequest     = "InvalidRequest"
+	ReasonUnsupportedKeyType = "UnsupportedKeyType"
+	ReasonBackendFailure     = "BackendFailure"
+	ReasonSignerUnavailable  = "SignerUnavailable"
+	// ReasonStatusRejected: kube-apiserver refused the Issued status for a
+	// reason signing again cannot cure.
+	ReasonStatusRejected = "StatusRejected"
+	// ReasonNotBeforeRejected: kube-apiserver refused the leaf's notBefore
+	// as outside its ±5 minute window twice, the second time for a fresh
+	// signature: the signer's and the apiserver's clocks disagree.
+	ReasonNotBeforeRejected = "NotBeforeRejected"
+)
+
+// Event reasons besides the condition reasons.
+const (
+	EventSigningDelayed    = "SigningDelayed"
+	EventPermissionMissing = "PermissionMissing"
+	EventStatusRejected    = "StatusRejected"
 )
 
 // Limits kube-apiserver puts on an issued certificate.
 const (
-	minLifetime      = time.Hour
 	refreshMargin    = 10 * time.Minute
 	defaultMaxExpiry = 86400
+)
+
+// Waits of requests that cannot go on now.
+const (
+	// permissionWait: a request for a signer name whose grant is missing
+	// looks again after the permission gate's next check.
+	permissionWait = recheckMissing
+	// parkedWait: a terminal status the apiserver refused is written again
+	// this much later (never re-signed).
+	parkedWait = 5 * time.Minute
 )
 
 // Signer is one signer name the controller owns, with its policy.
@@ -84,15 +105,20 @@ type Options struct {
 	Version string
 	Signers []*Signer
 	Workers int
-	// FailAfter turns a transient outage older than this into Failed
-	// (SignerUnavailable); zero never does.
+	// FailAfter turns a transient outage of a signer's CA key that has
+	// lasted this long (from its first failed signature, reset by the next
+	// success) into Failed (SignerUnavailable); zero never does.
 	FailAfter time.Duration
 	// SignTimeout bounds one backend signature (default 30s).
 	SignTimeout time.Duration
 	Metrics     *Metrics
-	// Recorder, if set, gets an Event for each outcome.
-	Recorder record.EventRecorder
-	Clock    clock.Clock
+	// Permissions, if set, blocks signer names the signer may not sign
+	// for (a PermissionGate); nil assumes every grant is held.
+	Permissions Permissions
+	// Recorder, if set, gets Events within EventPolicy.
+	Recorder    record.EventRecorder
+	EventPolicy EventPolicy
+	Clock       clock.Clock
 }
 
 type queueKey struct {
@@ -106,24 +132,46 @@ type Controller struct {
 	api     versionAPI
 	signers map[string]*signerState
 	queue   workqueue.TypedRateLimitingInterface[queueKey]
+	records *records
+	events  *eventLog
 
-	mu        sync.Mutex
-	issued    map[types.UID]*issuedCert // signed but not yet written
-	firstSeen map[types.UID]time.Time
-	admitted  map[types.UID]bool // passed the rate limits; retries take no new token
-	synced    bool
+	mu     sync.Mutex
+	synced bool
 }
 
 type signerState struct {
 	*Signer
 	informer cache.SharedIndexInformer
 	limits   *limiters
+
+	mu sync.Mutex
+	// outageSince is the first failed signature of the CA key's current
+	// outage; zero while it signs.
+	outageSince time.Time
 }
 
-type issuedCert struct {
-	leaf  *x509.Certificate
-	chain string
+// failing notes a transient failure at now and returns when the current
+// outage began.
+func (s *signerState) failing(now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.outageSince.IsZero() {
+		s.outageSince = now
+	}
+	return s.outageSince
 }
+
+// signed ends the current outage, if any.
+func (s *signerState) signed() {
+	s.mu.Lock()
+	s.outageSince = time.Time{}
+	s.mu.Unlock()
+}
+
+type allowAll struct{}
+
+func (allowAll) Blocked(string) error                    { return nil }
+func (allowAll) Refused(context.Context, string, string) {}
 
 // New validates opts and builds the controller. It starts nothing.
 func New(opts Options) (*Controller, error) {
@@ -142,6 +190,9 @@ func New(opts Options) (*Controller, error) {
 	if opts.Version == "" {
 		opts.Version = V1
 	}
+	if opts.Permissions == nil {
+		opts.Permissions = allowAll{}
+	}
 	api, err := newVersionAPI(opts.Client, opts.Version)
 	if err != nil {
 		return nil, err
@@ -154,9 +205,8 @@ func New(opts Options) (*Controller, error) {
 				&workqueue.TypedBucketRateLimiter[queueKey]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 			),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "keyward-pcr"}),
-		issued:    map[types.UID]*issuedCert{},
-		firstSeen: map[types.UID]time.Time{},
-		admitted:  map[types.UID]bool{},
+		records: newRecords(),
+		events:  newEventLog(opts.Recorder, opts.EventPolicy, opts.Clock, opts.Metrics),
 	}
 	for _, s := range opts.Signers {
 		if s.Authority == nil || s.Profile == nil {
@@ -167,7 +217,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.signers[s.Name] = &signerState{Signer: s, limits: newLimiters(s.PerNode, s.PerNamespace)}
 	}
-	if err := opts.Metrics.registerQueueDepth(c.queue.Len); err != nil {
+	if err := opts.Metrics.registerQueueGauges(c.queue.Len, c.records.pending); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -180,7 +230,8 @@ func (c *Controller) HasSynced() bool {
 	return c.synced
 }
 
-// Run starts the informers and workers and blocks until ctx ends.
+// Run starts the informers and workers and blocks until ctx ends. A ctx
+// that ends before the caches synced is a normal shutdown, not an error.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
@@ -202,7 +253,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version())
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		return errors.New("caches did not sync before shutdown")
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("caches did not sync")
 	}
 	c.mu.Lock()
 	c.synced = true
@@ -230,18 +284,14 @@ func (c *Controller) enqueue(signer string, obj any) {
 		return
 	}
 	if r.terminal {
-		c.forget(obj)
+		c.records.drop(r.uid)
 		return
 	}
-	c.mu.Lock()
-	if _, ok := c.firstSeen[r.uid]; !ok {
-		c.firstSeen[r.uid] = c.opts.Clock.Now()
-	}
-	c.mu.Unlock()
+	c.records.get(r.uid, c.opts.Clock.Now())
 	c.queue.Add(queueKey{signer: signer, namespace: r.namespace, name: r.name})
 }
 
-// forget drops in-memory state of a request that is gone or terminal.
+// forget drops in-memory state of a request that is gone.
 func (c *Controller) forget(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -250,16 +300,7 @@ func (c *Controller) forget(obj any) {
 	if err != nil {
 		return
 	}
-	c.drop(r.uid)
-}
-
-// drop forgets everything kept in memory for the request uid.
-func (c *Controller) drop(uid types.UID) {
-	c.mu.Lock()
-	delete(c.issued, uid)
-	delete(c.firstSeen, uid)
-	delete(c.admitted, uid)
-	c.mu.Unlock()
+	c.records.drop(r.uid)
 }
 
 func (c *Controller) runWorker(ctx context.Context) {
@@ -289,7 +330,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 }
 
 // sync brings one request to a terminal status. A returned error means a
-// transient failure: the key is retried with backoff.
+// transient failure: the key is retried with backoff; a positive duration
+// means "look again then".
 func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, error) {
 	s := c.signers[key.signer]
 	obj, exists, err := s.informer.GetIndexer().GetByKey(key.namespace + "/" + key.name)
@@ -303,90 +345,135 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	if r.terminal || r.signerName != s.Name {
 		return 0, nil
 	}
-	logger := klog.FromContext(ctx).WithValues("pcr", klog.KRef(r.namespace, r.name), "signer", s.Name)
-
-	c.mu.Lock()
-	cert := c.issued[r.uid]
-	seen, ok := c.firstSeen[r.uid]
-	admitted := c.admitted[r.uid]
-	c.mu.Unlock()
-	if !ok {
-		seen = c.opts.Clock.Now()
+	now := c.opts.Clock.Now()
+	rec := c.records.get(r.uid, now)
+	if rec.written {
+		// Our terminal status is written; the informer has not shown it
+		// yet. Nothing more to do, and nothing to sign.
+		return 0, nil
 	}
+	r.seen = rec.firstSeen
 	// creationTimestamp has whole seconds; trust it only when the request
 	// waited longer than that before keyward saw it (e.g. a failover).
-	if !r.created.IsZero() && seen.Sub(r.created) > time.Second {
-		seen = r.created
+	if !r.created.IsZero() && r.seen.Sub(r.created) > time.Second {
+		r.seen = r.created
 	}
-	r.seen = seen
+	if err := c.opts.Permissions.Blocked(s.Name); err != nil {
+		// Signing now would only make a certificate the apiserver refuses.
+		return permissionWait, nil
+	}
+
+	cert := rec.cert
 	if cert == nil {
 		if d := c.check(s, r); d != nil {
-			return 0, c.deny(ctx, s, r, d.Reason, d.Message)
+			return c.terminal(ctx, s, r, "Denied", d.Reason, d.Message)
 		}
 		// One token per request: a retry after a backend error must not
 		// spend another, or an outage would turn into RateLimited denials.
-		if !admitted {
+		if !rec.admitted {
 			if wait, d := c.takeToken(s, r); d != nil {
-				return 0, c.deny(ctx, s, r, d.Reason, d.Message)
+				return c.terminal(ctx, s, r, "Denied", d.Reason, d.Message)
 			} else if wait > 0 {
 				return wait, nil
 			}
-			c.mu.Lock()
-			c.admitted[r.uid] = true
-			c.mu.Unlock()
+			c.records.update(r.uid, now, func(rec *requestRecord) { rec.admitted = true })
 		}
 		cert, err = c.issue(ctx, s, r)
 		if err != nil {
-			var denial *profile.Denial
-			switch {
-			case errors.As(err, &denial):
-				return 0, c.deny(ctx, s, r, denial.Reason, denial.Message)
-			case backends.IsTransient(err) || errors.Is(err, authority.ErrCAExpiresTooSoon) || errors.Is(err, context.DeadlineExceeded):
-				if c.opts.FailAfter > 0 && c.opts.Clock.Since(r.created) > c.opts.FailAfter {
-					return 0, c.fail(ctx, s, r, ReasonSignerUnavailable,
-						fmt.Sprintf("the signer could not reach its CA key for more than %s: %v", c.opts.FailAfter, err))
-				}
-				c.event(r, corev1.EventTypeWarning, "SigningDelayed", "will retry: %v", err)
-				return 0, err
-			default:
-				return 0, c.fail(ctx, s, r, ReasonBackendFailure, err.Error())
-			}
+			return c.issueFailed(ctx, s, r, err)
 		}
-		c.mu.Lock()
-		c.issued[r.uid] = cert
-		c.mu.Unlock()
+		s.signed()
+		c.records.update(r.uid, now, func(rec *requestRecord) { rec.cert = cert })
 	}
 
-	st := c.issuedStatus(s, cert)
-	if err := c.api.writeStatus(ctx, r, st); err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
-			c.drop(r.uid)
-			return 0, nil
-		case apierrors.IsConflict(err):
-			// The informer brings the newer object; the certificate
-			// already signed for this UID is reused, never re-signed.
-			return 0, err
-		case apierrors.IsInvalid(err):
-			// The apiserver judged the status (e.g. notBefore outside its
-			// ±5 minute window): sign afresh next time.
-			c.mu.Lock()
-			delete(c.issued, r.uid)
-			c.mu.Unlock()
-			c.event(r, corev1.EventTypeWarning, "StatusRejected", "kube-apiserver rejected the issued status: %v", err)
-			return 0, err
+	err = c.api.writeStatus(ctx, r, c.issuedStatus(s, cert))
+	return c.afterIssuedWrite(ctx, s, r, cert, err)
+}
+
+// issueFailed handles an error from building or signing the certificate.
+func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request, err error) (time.Duration, error) {
+	switch Classify(err) {
+	case Denial:
+		var d *profile.Denial
+		errors.As(err, &d)
+		return c.terminal(ctx, s, r, "Denied", d.Reason, d.Message)
+	case Transient:
+		now := c.opts.Clock.Now()
+		since := s.failing(now)
+		if c.opts.FailAfter > 0 && now.Sub(since) > c.opts.FailAfter {
+			return c.terminal(ctx, s, r, "Failed", ReasonSignerUnavailable, fmt.Sprintf(
+				"the signer could not sign with its CA key for %s (since %s, failAfter %s): %v",
+				now.Sub(since).Round(time.Second), since.UTC().Format(time.RFC3339), c.opts.FailAfter, err))
 		}
+		c.delayed(r, EventSigningDelayed, "will retry: %v", err)
 		return 0, err
 	}
-	c.observe(s, r, "Issued", ReasonIssued)
-	logger.Info("Issued",
-		"serial", cert.leaf.SerialNumber.Text(16), "namespace", r.namespace, "pod", r.podName,
-		"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", keyType(r.publicKey),
-		"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", s.Authority.Signer().KeyVersion())
-	c.event(r, corev1.EventTypeNormal, ReasonIssued, "issued certificate serial %s by %s, valid until %s",
-		cert.leaf.SerialNumber.Text(16), s.Name, cert.leaf.NotAfter.UTC().Format(time.RFC3339))
-	c.drop(r.uid)
-	return 0, nil
+	return c.terminal(ctx, s, r, "Failed", ReasonBackendFailure, err.Error())
+}
+
+// delayed records a coalesced Warning for a request that waits: at most one
+// per request every delayedEventEvery.
+func (c *Controller) delayed(r *request, reason, format string, args ...any) {
+	now := c.opts.Clock.Now()
+	emit := false
+	c.records.update(r.uid, now, func(rec *requestRecord) {
+		if rec.lastDelayedEvent.IsZero() || now.Sub(rec.lastDelayedEvent) >= delayedEventEvery {
+			rec.lastDelayedEvent, emit = now, true
+		}
+	})
+	if emit {
+		c.events.warning(r.obj, reason, format, args...)
+	}
+}
+
+// afterIssuedWrite acts on kube-apiserver's answer to an Issued status.
+func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *request, cert *issuedCert, err error) (time.Duration, error) {
+	res := classifyWrite(err)
+	if res != writeOK {
+		c.opts.Metrics.StatusRejected.WithLabelValues(s.Name, res.String()).Inc()
+	}
+	logger := klog.FromContext(ctx).WithValues("pcr", klog.KRef(r.namespace, r.name), "signer", s.Name)
+	now := c.opts.Clock.Now()
+	switch res {
+	case writeOK:
+		c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
+		c.observe(s, r, "Issued", ReasonIssued)
+		logger.Info("Issued",
+			"serial", cert.leaf.SerialNumber.Text(16), "namespace", r.namespace, "pod", r.podName,
+			"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", keyType(r.publicKey),
+			"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", cert.key)
+		c.events.issued(r.obj, "issued certificate serial %s by %s, valid until %s",
+			cert.leaf.SerialNumber.Text(16), s.Name, cert.leaf.NotAfter.UTC().Format(time.RFC3339))
+		return 0, nil
+	case writeGone:
+		c.records.drop(r.uid)
+		return 0, nil
+	case writeAlreadyTerminal:
+		c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
+		return 0, nil
+	case writeConflict, writeTransient:
+		// The certificate signed for this UID is written again, never
+		// re-signed.
+		return 0, err
+	case writeNoPermission:
+		c.opts.Permissions.Refused(ctx, s.Name, err.Error())
+		c.delayed(r, EventPermissionMissing, "the signer may not write this status; not retrying until its RBAC grants it: %v", err)
+		return permissionWait, nil
+	case writeNotBeforeWindow:
+		rec := c.records.get(r.uid, now)
+		if rec.resigned && rec.resignedKey == cert.key {
+			return c.terminal(ctx, s, r, "Failed", ReasonNotBeforeRejected, fmt.Sprintf(
+				"kube-apiserver refused notBefore %s of a fresh signature as more than 5 minutes from its clock: the signer's clock is skewed; fix its time sync (%v)",
+				cert.leaf.NotBefore.UTC().Format(time.RFC3339), err))
+		}
+		c.records.update(r.uid, now, func(rec *requestRecord) { rec.cert, rec.resigned, rec.resignedKey = nil, true, cert.key })
+		logger.Info("kube-apiserver refused the certificate's notBefore as outside its window; signing once more", "notBefore", cert.leaf.NotBefore.UTC().Format(time.RFC3339))
+		return 0, err
+	}
+	// writeRejected: signing again would be refused the same way.
+	logger.Error(err, "kube-apiserver refused the Issued status")
+	c.events.warning(r.obj, EventStatusRejected, "kube-apiserver refused the issued status: %v", err)
+	return c.terminal(ctx, s, r, "Failed", ReasonStatusRejected, "kube-apiserver refused the issued status: "+err.Error())
 }
 
 // check applies the policy that needs no signing: key, annotations.
@@ -396,7 +483,7 @@ func (c *Controller) check(s *signerState, r *request) *profile.Denial {
 	}
 	kt := keyType(r.publicKey)
 	if !slices.Contains(s.AllowedKeyTypes, kt) {
-		return &profile.Denial{Reason: "UnsupportedKeyType", Message: fmt.Sprintf(
+		return &profile.Denial{Reason: ReasonUnsupportedKeyType, Message: fmt.Sprintf(
 			"signer %s does not issue for %s keys; use %s (allowed: %s)", s.Name, kt, s.AllowedKeyTypes[0], strings.Join(s.AllowedKeyTypes, ", "))}
 	}
 	var unknown []string
@@ -411,8 +498,16 @@ func (c *Controller) check(s *signerState, r *request) *profile.Denial {
 		if len(s.Annotations) > 0 {
 			known = strings.Join(s.Annotations, ", ")
 		}
+		const listed = 5
+		var quoted []string
+		for _, k := range unknown[:min(len(unknown), listed)] {
+			quoted = append(quoted, quote(k))
+		}
+		if len(unknown) > listed {
+			quoted = append(quoted, fmt.Sprintf("and %d more", len(unknown)-listed))
+		}
 		return &profile.Denial{Reason: profile.ReasonInvalidAnnotations, Message: fmt.Sprintf(
-			"signer %s does not recognise unverifiedUserAnnotations %s (recognised: %s)", s.Name, strings.Join(unknown, ", "), known)}
+			"signer %s does not recognise unverifiedUserAnnotations %s (recognised: %s)", s.Name, strings.Join(quoted, ", "), known)}
 	}
 	return nil
 }
@@ -448,17 +543,11 @@ func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*is
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.opts.SignTimeout)
 	defer cancel()
-	began := c.opts.Clock.Now()
+	key := s.Authority.Signer().KeyVersion()
 	leaf, err := s.Authority.Sign(sctx, tmpl, r.publicKey, authority.Policy{
-		Lifetime: lifetime, Backdate: s.Backdate, MinLifetime: minLifetime, Now: c.opts.Clock.Now,
+		Lifetime: lifetime, Backdate: s.Backdate, MinLifetime: config.MinLifetime, Now: c.opts.Clock.Now,
 	})
-	c.opts.Metrics.SignDuration.WithLabelValues(s.Backend).Observe(c.opts.Clock.Since(began).Seconds())
 	if err != nil {
-		kind := "permanent"
-		if backends.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) {
-			kind = "transient"
-		}
-		c.opts.Metrics.SignErrors.WithLabelValues(s.Backend, kind).Inc()
 		return nil, err
 	}
 	var chain strings.Builder
@@ -466,7 +555,7 @@ func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*is
 	for _, ca := range s.Authority.Chain() {
 		chain.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))
 	}
-	return &issuedCert{leaf: leaf, chain: chain.String()}, nil
+	return &issuedCert{leaf: leaf, chain: chain.String(), key: key}, nil
 }
 
 // issuedStatus is the Issued status for cert: times equal to the leaf's,
@@ -492,47 +581,52 @@ func (c *Controller) issuedStatus(s *signerState, cert *issuedCert) status {
 	}
 }
 
-func (c *Controller) deny(ctx context.Context, s *signerState, r *request, reason, msg string) error {
-	return c.terminal(ctx, s, r, "Denied", reason, msg)
-}
-
-func (c *Controller) fail(ctx context.Context, s *signerState, r *request, reason, msg string) error {
-	return c.terminal(ctx, s, r, "Failed", reason, msg)
-}
-
-// terminal writes a Denied or Failed condition and nothing else.
-func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, typ, reason, msg string) error {
+// terminal writes a Denied or Failed condition and nothing else. The
+// message is cut to fit the apiserver's limits with room to spare.
+func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, typ, reason, msg string) (time.Duration, error) {
+	msg = truncate(msg, maxConditionMessage)
 	err := c.api.writeStatus(ctx, r, status{conditions: []metav1.Condition{{
 		Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.NewTime(c.opts.Clock.Now()),
 	}}})
-	if apierrors.IsNotFound(err) {
-		return nil
+	res := classifyWrite(err)
+	if res != writeOK {
+		c.opts.Metrics.StatusRejected.WithLabelValues(s.Name, res.String()).Inc()
 	}
-	if err != nil {
-		return err
+	now := c.opts.Clock.Now()
+	switch res {
+	case writeOK:
+	case writeGone:
+		c.records.drop(r.uid)
+		return 0, nil
+	case writeAlreadyTerminal:
+		c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
+		return 0, nil
+	case writeNoPermission:
+		c.opts.Permissions.Refused(ctx, s.Name, err.Error())
+		c.delayed(r, EventPermissionMissing, "the signer may not write this status; not retrying until its RBAC grants it: %v", err)
+		return permissionWait, nil
+	case writeRejected, writeNotBeforeWindow:
+		klog.FromContext(ctx).Error(err, "kube-apiserver refused a terminal status; writing it again later",
+			"pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "condition", typ, "reason", reason, "retryIn", parkedWait)
+		c.delayed(r, EventStatusRejected, "kube-apiserver refused the %s status: %v", typ, err)
+		return parkedWait, nil
+	default:
+		return 0, err
 	}
+	c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
 	c.observe(s, r, typ, reason)
-	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", msg)
-	c.event(r, corev1.EventTypeWarning, reason, "%s: %s", typ, msg)
-	c.drop(r.uid)
-	return nil
+	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", truncate(msg, maxEventMessage))
+	c.events.warning(r.obj, reason, "%s: %s", typ, msg)
+	return 0, nil
 }
 
 // observe counts an outcome and its latency: from when keyward first saw
-// the request, or its creation if that was over a second earlier (read at
-// the start of sync: the watch event of our own status write may already
-// have dropped it).
+// the request, or its creation if that was over a second earlier.
 func (c *Controller) observe(s *signerState, r *request, outcome, reason string) {
 	c.opts.Metrics.Issuances.WithLabelValues(s.Name, outcome, reason).Inc()
 	if !r.seen.IsZero() {
 		c.opts.Metrics.Latency.WithLabelValues(s.Name).Observe(c.opts.Clock.Since(r.seen).Seconds())
-	}
-}
-
-func (c *Controller) event(r *request, typ, reason, format string, args ...any) {
-	if c.opts.Recorder != nil {
-		c.opts.Recorder.Eventf(r.obj, typ, reason, format, args...)
 	}
 }
 
@@ -555,61 +649,4 @@ func keyType(pub crypto.PublicKey) string {
 		return "ED25519"
 	}
 	return fmt.Sprintf("%T", pub)
-}
-
-// limiters are token buckets per node and per namespace.
-type limiters struct {
-	perNode, perNamespace *config.Rate
-	mu                    sync.Mutex
-	nodes, namespaces     map[string]*rate.Limiter
-}
-
-func newLimiters(perNode, perNamespace *config.Rate) *limiters {
-	return &limiters{perNode: perNode, perNamespace: perNamespace,
-		nodes: map[string]*rate.Limiter{}, namespaces: map[string]*rate.Limiter{}}
-}
-
-// reserve takes a token from both buckets if both have one now; otherwise it
-// takes none and returns how long until they would.
-func (l *limiters) reserve(node, namespace string, now time.Time) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var rs []*rate.Reservation
-	if l.perNode != nil {
-		rs = append(rs, bucket(l.nodes, node, l.perNode, now).ReserveN(now, 1))
-	}
-	if l.perNamespace != nil {
-		rs = append(rs, bucket(l.namespaces, namespace, l.perNamespace, now).ReserveN(now, 1))
-	}
-	var wait time.Duration
-	for _, r := range rs {
-		wait = max(wait, r.DelayFrom(now))
-	}
-	if wait > 0 {
-		for _, r := range rs {
-			r.CancelAt(now)
-		}
-	}
-	return wait
-}
-
-// maxBuckets bounds each bucket map: beyond it, buckets that are full again
-// (their node or namespace has been quiet) are dropped; a new bucket starts
-// full, so dropping one changes nothing for its key.
-const maxBuckets = 4096
-
-func bucket(m map[string]*rate.Limiter, key string, r *config.Rate, now time.Time) *rate.Limiter {
-	l, ok := m[key]
-	if !ok {
-		if len(m) >= maxBuckets {
-			for k, old := range m {
-				if old.TokensAt(now) >= float64(old.Burst()) {
-					delete(m, k)
-				}
-			}
-		}
-		l = rate.NewLimiter(rate.Limit(r.QPS), r.Burst)
-		m[key] = l
-	}
-	return l
 }

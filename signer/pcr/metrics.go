@@ -12,9 +12,19 @@ type Metrics struct {
 	Issuances *prometheus.CounterVec
 	// Latency is the time from PCR creation to its status being written.
 	Latency *prometheus.HistogramVec
-	// SignDuration and SignErrors describe calls to the key backend.
+	// SignDuration and SignErrors describe calls that reached the key
+	// backend (ObserveSign); refusals before the backend are not counted.
 	SignDuration *prometheus.HistogramVec
 	SignErrors   *prometheus.CounterVec
+	// StatusRejected counts status writes kube-apiserver refused, by
+	// signer and what the refusal meant (classifyWrite).
+	StatusRejected *prometheus.CounterVec
+	// PermissionMissing is 1 while the signer lacks a grant it needs for a
+	// signer name (it then signs nothing for that name).
+	PermissionMissing *prometheus.GaugeVec
+	// Events and EventsDropped count Events recorded and dropped by type.
+	Events        *prometheus.CounterVec
+	EventsDropped *prometheus.CounterVec
 	// CANotAfter is the CA certificate's expiry, as a Unix time.
 	CANotAfter *prometheus.GaugeVec
 	// Retries counts transient failures that were requeued.
@@ -33,17 +43,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"signer", "outcome", "reason"}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keyward_pcr_latency_seconds",
-			Help:    "Time from a PodCertificateRequest's creation to keyward writing its status.",
+			Help:    "Time from keyward first seeing a PodCertificateRequest (or its creation, if that was over a second earlier) to its terminal status being written.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"signer"}),
 		SignDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keyward_backend_sign_duration_seconds",
-			Help:    "Duration of signatures by the CA key backend.",
+			Help:    "Duration of signature calls that reached the CA key backend (calls refused before reaching it are not counted).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
 		}, []string{"backend"}),
 		SignErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyward_backend_sign_errors_total",
-			Help: "Failed signatures by backend and kind (transient, permanent).",
+			Help: "Signature calls that reached the CA key backend and failed, by backend and kind (transient, permanent).",
 		}, []string{"backend", "kind"}),
 		CANotAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keyward_ca_not_after_timestamp_seconds",
@@ -53,8 +63,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyward_pcr_retries_total",
 			Help: "Transient failures (backend or API) that were requeued, by signer.",
 		}, []string{"signer"}),
+		StatusRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyward_pcr_status_rejected_total",
+			Help: "Status writes kube-apiserver refused, by signer and meaning (noPermission, notBeforeWindow, rejected, alreadyTerminal, conflict, gone, transient).",
+		}, []string{"signer", "result"}),
+		PermissionMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_signer_permission_missing",
+			Help: "1 while the signer lacks an RBAC grant it needs for the signer name (nothing is signed for it meanwhile), else 0.",
+		}, []string{"signer"}),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyward_events_total",
+			Help: "Events handed to the Event broadcaster, by type and reason.",
+		}, []string{"type", "reason"}),
+		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyward_events_dropped_total",
+			Help: "Events not recorded because their type's rate was exhausted, by type.",
+		}, []string{"type"}),
 	}
-	for _, c := range []prometheus.Collector{m.Issuances, m.Latency, m.SignDuration, m.SignErrors, m.CANotAfter, m.Retries} {
+	for _, c := range []prometheus.Collector{m.Issuances, m.Latency, m.SignDuration, m.SignErrors, m.CANotAfter, m.Retries,
+		m.StatusRejected, m.PermissionMissing, m.Events, m.EventsDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -62,10 +89,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// registerQueueDepth exposes the work queue's length.
-func (m *Metrics) registerQueueDepth(depth func() int) error {
-	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+// ObserveSign records one signature call that reached the backend.
+func (m *Metrics) ObserveSign(backend string, seconds float64, err error) {
+	m.SignDuration.WithLabelValues(backend).Observe(seconds)
+	if err != nil {
+		m.SignErrors.WithLabelValues(backend, Classify(err).String()).Inc()
+	}
+}
+
+// registerQueueGauges exposes the work queue's length and the requests
+// not yet terminal, wherever they wait.
+func (m *Metrics) registerQueueGauges(depth, pending func() int) error {
+	if err := m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "keyward_pcr_queue_depth",
-		Help: "PodCertificateRequests waiting in the work queue.",
-	}, func() float64 { return float64(depth()) }))
+		Help: "PodCertificateRequests ready to be worked on now (excludes those waiting for a retry, a rate-limit token or a permission: see keyward_pcr_pending_requests).",
+	}, func() float64 { return float64(depth()) })); err != nil {
+		return err
+	}
+	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "keyward_pcr_pending_requests",
+		Help: "PodCertificateRequests seen by this leader and not yet brought to a terminal status, wherever they wait (queue, retry backoff, rate limit, missing permission).",
+	}, func() float64 { return float64(pending()) }))
 }

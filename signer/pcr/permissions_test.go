@@ -1,0 +1,115 @@
+package pcr
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// gateAgainst answers SelfSubjectAccessReviews from a set of granted
+// "verb resource[/sub] name" strings.
+func gateAgainst(t *testing.T, granted map[string]bool, names ...string) *PermissionGate {
+	t.Helper()
+	client := fake.NewClientset()
+	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		ra := r.Spec.ResourceAttributes
+		res := ra.Resource
+		if ra.Subresource != "" {
+			res += "/" + ra.Subresource
+		}
+		key := strings.TrimSpace(ra.Verb + " " + res + " " + ra.Name)
+		r.Status.Allowed = granted[key]
+		return true, r, nil
+	})
+	return NewPermissionGate(client, names, nil, nil)
+}
+
+var pcrGrants = map[string]bool{
+	"list podcertificaterequests": true, "watch podcertificaterequests": true, "update podcertificaterequests/status": true,
+}
+
+func withGrants(extra ...string) map[string]bool {
+	m := map[string]bool{}
+	for k, v := range pcrGrants {
+		m[k] = v
+	}
+	for _, e := range extra {
+		m[e] = true
+	}
+	return m
+}
+
+func TestPermissionGateChecksAsTheApiserverDoes(t *testing.T) {
+	both := []string{"keyward.dev/a", "example.com/b"}
+	cases := []struct {
+		name        string
+		names       []string
+		granted     map[string]bool
+		wantMissing []string // signer names blocked
+		wantGeneral bool
+	}{
+		{name: "sign on the exact name is enough", names: []string{"keyward.dev/a"}, granted: withGrants("sign signers keyward.dev/a")},
+		{name: "sign on the domain wildcard is enough", names: []string{"keyward.dev/a"}, granted: withGrants("sign signers keyward.dev/*")},
+		{name: "the wildcard covers only its own domain", names: both, granted: withGrants("sign signers keyward.dev/*"), wantMissing: []string{"example.com/b"}},
+		{name: "no sign grant blocks only that name", names: both, granted: withGrants("sign signers keyward.dev/a"), wantMissing: []string{"example.com/b"}},
+		{name: "no status update blocks every name", names: both, granted: map[string]bool{"list podcertificaterequests": true, "watch podcertificaterequests": true,
+			"sign signers keyward.dev/*": true, "sign signers example.com/b": true}, wantGeneral: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			names := tc.names
+			g := gateAgainst(t, tc.granted, names...)
+			err := g.Check(context.Background())
+			var missing *MissingPermissionError
+			if (err != nil) != (len(tc.wantMissing) > 0 || tc.wantGeneral) || (err != nil && !errors.As(err, &missing)) {
+				t.Fatalf("Check = %v", err)
+			}
+			for _, n := range names {
+				blocked := g.Blocked(n) != nil
+				want := tc.wantGeneral
+				for _, m := range tc.wantMissing {
+					want = want || m == n
+				}
+				if blocked != want {
+					t.Errorf("Blocked(%s) = %v, want %v", n, g.Blocked(n), want)
+				}
+			}
+		})
+	}
+}
+
+// The message says which verb, resource and name are missing and the rule
+// to add.
+func TestMissingPermissionNamesTheRule(t *testing.T) {
+	g := gateAgainst(t, withGrants(), "example.com/b")
+	err := g.Check(context.Background())
+	var missing *MissingPermissionError
+	if !errors.As(err, &missing) || missing.Verb != "sign" || missing.Name != "example.com/b" {
+		t.Fatalf("Check = %v, want a missing sign on example.com/b", err)
+	}
+	for _, want := range []string{`verb "sign"`, `"example.com/b"`, `resources: ["signers"]`, `resourceNames: ["example.com/b"]`, `verbs: ["sign"]`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %s: %s", want, err)
+		}
+	}
+	// A refusal at run time blocks a name the check found granted, until
+	// the next check.
+	g2 := gateAgainst(t, withGrants("sign signers keyward.dev/*"), "keyward.dev/a")
+	if err := g2.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g2.Refused(context.Background(), "keyward.dev/a", "422")
+	if g2.Blocked("keyward.dev/a") == nil {
+		t.Fatal("not blocked after a refusal")
+	}
+	if err := g2.Check(context.Background()); err != nil || g2.Blocked("keyward.dev/a") != nil {
+		t.Fatalf("after a passing check: %v, blocked %v", err, g2.Blocked("keyward.dev/a"))
+	}
+}

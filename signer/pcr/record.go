@@ -1,0 +1,99 @@
+package pcr
+
+import (
+	"crypto/x509"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// requestRecord is what the controller remembers of one request (by UID) between
+// syncs. It lives from the request's first sight until the informer shows
+// it terminal or deleted.
+type requestRecord struct {
+	firstSeen time.Time
+	// admitted: the request passed the rate limits; retries take no new
+	// token.
+	admitted bool
+	// cert was signed and not yet written; a retry writes it again rather
+	// than signing anew.
+	cert *issuedCert
+	// written: a terminal status was written (or found). Until the
+	// informer shows it, nothing is signed for this UID again.
+	written bool
+	// resigned: the one re-signature allowed after the apiserver refused
+	// notBefore as outside its window was spent, for resignedKey.
+	resigned    bool
+	resignedKey string
+	// lastDelayedEvent coalesces SigningDelayed Events.
+	lastDelayedEvent time.Time
+}
+
+type issuedCert struct {
+	leaf  *x509.Certificate
+	chain string
+	// key is the CA key's version id that signed it.
+	key string
+}
+
+// records are the controller's per-request records. Safe for concurrent
+// use; a record is only changed under the lock, through update.
+type records struct {
+	mu sync.Mutex
+	m  map[types.UID]*requestRecord
+}
+
+func newRecords() *records { return &records{m: map[types.UID]*requestRecord{}} }
+
+// get returns a copy of uid's record, creating it (first seen now) if
+// missing.
+func (rs *records) get(uid types.UID, now time.Time) requestRecord {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.m[uid]
+	if !ok {
+		r = &requestRecord{firstSeen: now}
+		rs.m[uid] = r
+	}
+	return *r
+}
+
+// update changes uid's record under the lock (creating it if needed).
+func (rs *records) update(uid types.UID, now time.Time, f func(*requestRecord)) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.m[uid]
+	if !ok {
+		r = &requestRecord{firstSeen: now}
+		rs.m[uid] = r
+	}
+	f(r)
+}
+
+// drop forgets uid.
+func (rs *records) drop(uid types.UID) {
+	rs.mu.Lock()
+	delete(rs.m, uid)
+	rs.mu.Unlock()
+}
+
+// pending counts requests seen and not yet written: waiting in the queue,
+// for a retry, for a rate-limit token or for a permission.
+func (rs *records) pending() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	n := 0
+	for _, r := range rs.m {
+		if !r.written {
+			n++
+		}
+	}
+	return n
+}
+
+func (rs *records) len() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.m)
+}
