@@ -45,6 +45,9 @@ type Options struct {
 	// PodCertificateVersion forces "v1" or "v1beta1"; empty means discover
 	// (v1 preferred).
 	PodCertificateVersion string
+	// PermissionRecheck is how often a missing RBAC grant is looked for
+	// again (default 30s; tests shorten it).
+	PermissionRecheck time.Duration
 	// Ready, if set, receives the listeners' actual addresses once bound
 	// (tests pass ":0" addresses).
 	Ready func(metricsAddr, healthAddr string)
@@ -153,6 +156,9 @@ func Run(ctx context.Context, o Options) error {
 		}
 		metrics.PermissionMissing.WithLabelValues(name).Set(v)
 	})
+	if o.PermissionRecheck > 0 {
+		gate.Recheck = o.PermissionRecheck
+	}
 	if err := gate.Check(ctx); err != nil {
 		var missing *pcr.MissingPermissionError
 		if !errors.As(err, &missing) {

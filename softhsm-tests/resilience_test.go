@@ -1,6 +1,7 @@
 package softhsmtests
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,20 +15,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// createBurst has the node create n PCRs for w's pod, concurrently.
+// createBurst has the node create n PCRs for w's pod, concurrently. Errors
+// are reported from the test's goroutine, never with t.Fatal from another.
 func createBurst(t *testing.T, w *controlplane.WorkloadObjects, signerName string, n int) []*certv1.PodCertificateRequest {
 	t.Helper()
 	ctx := testContext(t)
+	node := nodeClient(t, w.Node.Name)
 	out := make([]*certv1.PodCertificateRequest, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], _ = createPCR(t, ctx, w, signerName, pcrOptions{})
+			out[i], _, errs[i] = tryCreatePCR(ctx, node, w, signerName, pcrOptions{})
 		}()
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("creating a burst of %d PCRs: %v", n, err)
+	}
 	return out
 }
 

@@ -22,6 +22,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
@@ -119,6 +120,29 @@ func runSignerVersion(t testing.TB, cfg *config.SignerConfiguration, identity, v
 // runSignerWith is runSignerVersion with backends configured by opts.
 func runSignerWith(t testing.TB, cfg *config.SignerConfiguration, identity, version string, opts all.Options) *runningSigner {
 	t.Helper()
+	rs := startSigner(t, cfg, identity, version, opts)
+	if err := waitReady(rs.HealthAddr); err != nil {
+		t.Fatalf("signer %s not ready: %v", identity, err)
+	}
+	return rs
+}
+
+// startSigner is runSignerWith without waiting for /readyz: it returns once
+// the listeners are bound.
+func startSigner(t testing.TB, cfg *config.SignerConfiguration, identity, version string, opts all.Options) *runningSigner {
+	t.Helper()
+	return startSignerFull(t, cfg, identity, version, opts, 0)
+}
+
+// startSignerOpts is startSigner (discovering the API version) with the
+// permission gate's recheck interval set.
+func startSignerOpts(t testing.TB, cfg *config.SignerConfiguration, identity string, opts all.Options, recheck time.Duration) *runningSigner {
+	t.Helper()
+	return startSignerFull(t, cfg, identity, "", opts, recheck)
+}
+
+func startSignerFull(t testing.TB, cfg *config.SignerConfiguration, identity, version string, opts all.Options, recheck time.Duration) *runningSigner {
+	t.Helper()
 	reg, err := all.NewRegistry(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +157,7 @@ func runSignerWith(t testing.TB, cfg *config.SignerConfiguration, identity, vers
 	done := make(chan error, 1)
 	addrs := make(chan [2]string, 1)
 	go func() {
-		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity, PodCertificateVersion: version,
+		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity, PodCertificateVersion: version, PermissionRecheck: recheck,
 			Ready: func(metrics, health string) { addrs <- [2]string{metrics, health} }})
 	}()
 	var once bool
@@ -161,9 +185,6 @@ func runSignerWith(t testing.TB, cfg *config.SignerConfiguration, identity, vers
 	t.Cleanup(stop)
 	select {
 	case a := <-addrs:
-		if err := waitReady(a[1]); err != nil {
-			t.Fatalf("signer %s not ready: %v", identity, err)
-		}
 		return &runningSigner{Stop: stop, MetricsAddr: a[0], HealthAddr: a[1], LogPath: logPath}
 	case err := <-done:
 		t.Fatalf("signer %s exited: %v", identity, err)
@@ -187,24 +208,34 @@ type pcrOptions struct {
 // createPCR has the node create a PCR for w's pod and returns it and the key.
 func createPCR(t testing.TB, ctx context.Context, w *controlplane.WorkloadObjects, signerName string, o pcrOptions) (*certv1.PodCertificateRequest, crypto.Signer) {
 	t.Helper()
+	created, key, err := tryCreatePCR(ctx, nodeClient(t, w.Node.Name), w, signerName, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created, key
+}
+
+// tryCreatePCR is createPCR for goroutines: it returns its error instead
+// of failing the test (t.Fatal must run on the test's goroutine).
+func tryCreatePCR(ctx context.Context, node kubernetes.Interface, w *controlplane.WorkloadObjects, signerName string, o pcrOptions) (*certv1.PodCertificateRequest, crypto.Signer, error) {
 	if o.keyType == "" {
 		o.keyType = nodehelper.KeyTypeECDSAP256
 	}
 	key, err := nodehelper.GenerateKey(o.keyType)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	pcr, err := nodehelper.NewPodCertificateRequest(podRef(w), signerName, key, nodehelper.PodCertificateOptions{
 		MaxExpirationSeconds: o.maxExpirationSeconds, Annotations: o.annotations,
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	created, err := nodeClient(t, w.Node.Name).CertificatesV1().PodCertificateRequests(pcr.Namespace).Create(ctx, pcr, metav1.CreateOptions{})
+	created, err := node.CertificatesV1().PodCertificateRequests(pcr.Namespace).Create(ctx, pcr, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("node creating PCR: %v", err)
+		return nil, nil, fmt.Errorf("node creating PCR: %w", err)
 	}
-	return created, key
+	return created, key, nil
 }
 
 // waitTerminal polls until the PCR has a terminal condition.

@@ -256,7 +256,9 @@ func TestMetricsAndHealth(t *testing.T) {
 	suffix := uniqueName(t, "m")
 	name := "keyward.dev/metrics-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	s := runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
+	cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+	cfg.Events.Issued = true
+	s := runSigner(t, cfg, "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	p, _ := createPCR(t, ctx, w, name, pcrOptions{})
 	issued := waitTerminal(t, ctx, p, 30*time.Second)
@@ -330,6 +332,9 @@ func TestMetricsAndHealth(t *testing.T) {
 		`keyward_backend_sign_duration_seconds_count{backend="pkcs11"} 1`,
 		fmt.Sprintf(`keyward_ca_not_after_timestamp_seconds{signer="%s"} %s`, name, strconv.FormatFloat(float64(root.NotAfter.Unix()), 'g', -1, 64)),
 		`keyward_pcr_queue_depth 0`,
+		`keyward_pcr_pending_requests 0`,
+		`keyward_events_total{reason="Issued",type="Normal"} 1`,
+		`keyward_events_total{reason="InvalidUnverifiedUserAnnotations",type="Warning"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -73,8 +73,9 @@ const (
 // Waits of requests that cannot go on now.
 const (
 	// permissionWait: a request for a signer name whose grant is missing
-	// looks again after the permission gate's next check.
-	permissionWait = recheckMissing
+	// looks again this much later. Looking is in memory (Blocked); only
+	// the permission gate talks to the apiserver meanwhile.
+	permissionWait = 5 * time.Second
 	// parkedWait: a terminal status the apiserver refused is written again
 	// this much later (never re-signed).
 	parkedWait = 5 * time.Minute

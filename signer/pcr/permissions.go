@@ -77,6 +77,9 @@ type PermissionGate struct {
 	names   []string
 	clock   clock.Clock
 	onState func(signerName string, missing bool)
+	// Recheck is how often a missing grant is looked for again (default
+	// 30s); set before Run.
+	Recheck time.Duration
 
 	mu      sync.Mutex
 	checked bool
@@ -92,7 +95,7 @@ func NewPermissionGate(client kubernetes.Interface, signerNames []string, c cloc
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &PermissionGate{client: client, names: slices.Clone(signerNames), clock: c, onState: onState,
+	return &PermissionGate{client: client, names: slices.Clone(signerNames), clock: c, onState: onState, Recheck: recheckMissing,
 		missing: map[string]error{}, recheck: make(chan struct{}, 1)}
 }
 
@@ -228,7 +231,7 @@ func (g *PermissionGate) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.clock.After(recheckMissing):
+		case <-g.clock.After(g.Recheck):
 		case <-g.recheck:
 			// Let a burst of refusals settle into one review.
 			select {
