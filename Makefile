@@ -55,6 +55,7 @@ clean: ## remove bin/ (the control-plane cache stays)
 
 BENCH_COUNT ?= 5
 BENCH_OUT   ?= docs/bench
+BURST_COUNT ?= 2
 
 .PHONY: bench
 bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.txt; see docs/benchmarks.md
@@ -64,3 +65,6 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	$(GO) test -run '^$$' -bench . -benchtime 5s -count $(BENCH_COUNT) ./backends/gcpkms/ ./backends/awskms/ | tee $(BENCH_OUT)/backends-kms.txt
 	$(MAKE) controlplane
 	$(GO) test -run '^$$' -bench PCR -benchtime 1x -count $(BENCH_COUNT) ./softhsm-tests/ | tee $(BENCH_OUT)/signer.txt
+	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
+	$(GO) build -o bin/keyward ./cmd/keyward
+	for i in $$(seq $(BURST_COUNT)); do KEYWARD_BURST_BINARY=$(CURDIR)/bin/keyward $(GO) test -run '^$$' -bench Burst10k -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/burst.txt
