@@ -58,8 +58,8 @@ func (e *NotYetValidError) Is(target error) bool { return target == ErrCANotYetV
 type Policy struct {
 	Lifetime time.Duration
 	Backdate time.Duration
-	// MinLifetime refuses (ErrCAExpiresTooSoon) a leaf the CA's own
-	// expiry would cut below this; zero means Lifetime.
+	// MinLifetime refuses (ErrCAExpiresTooSoon) a leaf that a chain
+	// certificate's expiry would cut below this; zero means Lifetime.
 	MinLifetime time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time

@@ -3,10 +3,6 @@ package profile_test
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
@@ -22,6 +18,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
@@ -36,31 +33,12 @@ import (
 var lintSources = lint.SourceList{lint.RFC5280, lint.RFC5480, lint.RFC8813}
 
 // subjectKeys makes one key of every type kube-apiserver accepts in a
-// PodCertificateRequest (config.AllKeyTypes).
+// PodCertificateRequest, as the node helper makes them.
 func subjectKeys(t *testing.T) map[string]crypto.PublicKey {
 	t.Helper()
 	keys := map[string]crypto.PublicKey{}
 	for _, kt := range config.AllKeyTypes() {
-		var (
-			k   crypto.Signer
-			err error
-		)
-		switch kt {
-		case "RSA3072":
-			k, err = rsa.GenerateKey(rand.Reader, 3072)
-		case "RSA4096":
-			k, err = rsa.GenerateKey(rand.Reader, 4096)
-		case "ECDSAP256":
-			k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		case "ECDSAP384":
-			k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-		case "ECDSAP521":
-			k, err = ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-		case "ED25519":
-			_, k, err = ed25519.GenerateKey(rand.Reader)
-		default:
-			t.Fatalf("no generator for key type %s", kt)
-		}
+		k, err := nodehelper.GenerateKey(kt)
 		if err != nil {
 			t.Fatal(err)
 		}
