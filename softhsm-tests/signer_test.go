@@ -114,12 +114,9 @@ func TestKeyTypesAreIssuedOrDenied(t *testing.T) {
 			if !bytes.Equal(leaf.RawSubjectPublicKeyInfo, want) {
 				t.Fatal("leaf is not for the requested key")
 			}
-			wantUsage := x509.KeyUsageDigitalSignature
-			if strings.HasPrefix(kt, "RSA") {
-				wantUsage |= x509.KeyUsageKeyEncipherment
-			}
-			if leaf.KeyUsage != wantUsage {
-				t.Errorf("key usage %v, want %v", leaf.KeyUsage, wantUsage)
+			// podIdentity leaves are client-only: no keyEncipherment, RSA or not.
+			if leaf.KeyUsage != x509.KeyUsageDigitalSignature {
+				t.Errorf("key usage %v, want digitalSignature alone", leaf.KeyUsage)
 			}
 
 			denied, _ := createPCR(t, ctx, w, ecOnly, pcrOptions{keyType: kt})
@@ -192,12 +189,29 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 		if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
 			t.Errorf("extended key usage %v, want client auth", leaf.ExtKeyUsage)
 		}
-		critical := false
+		// Non-critical by default (podIdentity.critical is opt-in), so a
+		// TLS peer that does not know the extension still accepts the leaf.
+		found := 0
 		for _, e := range leaf.Extensions {
-			critical = critical || (e.Id.Equal(profile.OIDPodIdentity) && e.Critical)
+			if e.Id.Equal(profile.OIDPodIdentity) {
+				found++
+				if e.Critical {
+					t.Error("PodIdentity extension is critical without podIdentity.critical")
+				}
+			}
 		}
-		if !critical {
-			t.Error("PodIdentity extension missing or not critical")
+		if found != 1 {
+			t.Errorf("%d PodIdentity extensions, want one", found)
+		}
+		// parseChain forgives the PodIdentity extension; a fresh parse does not.
+		fresh, err := x509.ParseCertificate(leaf.Raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(root)
+		if _, err := fresh.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("x509.Verify with default options refuses the podIdentity leaf: %v", err)
 		}
 	})
 	t.Run("spiffe", func(t *testing.T) {

@@ -19,9 +19,38 @@ import (
 	"github.com/keyward/keyward/backends"
 )
 
-// ErrCAExpiresTooSoon is returned when the CA certificate ends before a leaf
-// of the policy's minimum lifetime could.
+// ErrCAExpiresTooSoon is returned when a certificate of the chain (the CA
+// or one of its issuers) ends before a leaf of the policy's minimum lifetime
+// could.
 var ErrCAExpiresTooSoon = errors.New("CA certificate expires too soon")
+
+// ErrCANotYetValid is matched (errors.Is) by a *NotYetValidError: a
+// certificate of the chain starts after the signer's clock. Waiting cures it.
+var ErrCANotYetValid = errors.New("CA certificate is not valid yet")
+
+// ErrBadSignature is matched (errors.Is), together with
+// backends.ErrTransient, when the backend returned a signature that does not
+// verify against the CA key: a device fault, worth retrying.
+var ErrBadSignature = errors.New("CA key returned a signature that does not verify")
+
+// NotYetValidError says when the chain becomes valid. It matches
+// ErrCANotYetValid.
+type NotYetValidError struct {
+	// Subject is the certificate that starts last.
+	Subject string
+	// ValidFrom is the latest notBefore in the chain: the first moment a
+	// leaf can be issued.
+	ValidFrom time.Time
+	// Now is the signer's clock when it refused.
+	Now time.Time
+}
+
+func (e *NotYetValidError) Error() string {
+	return fmt.Sprintf("CA certificate %q is not valid until %s (in %s)",
+		e.Subject, e.ValidFrom.UTC().Format(time.RFC3339), e.ValidFrom.Sub(e.Now).Round(time.Second))
+}
+
+func (e *NotYetValidError) Is(target error) bool { return target == ErrCANotYetValid }
 
 // Policy is how long a leaf lives and from when. Lifetime is the whole
 // validity, NotAfter − NotBefore, so that a request's maximum lifetime is
@@ -29,8 +58,8 @@ var ErrCAExpiresTooSoon = errors.New("CA certificate expires too soon")
 type Policy struct {
 	Lifetime time.Duration
 	Backdate time.Duration
-	// MinLifetime refuses (ErrCAExpiresTooSoon) a leaf the CA's own
-	// expiry would cut below this; zero means Lifetime.
+	// MinLifetime refuses (ErrCAExpiresTooSoon) a leaf that a chain
+	// certificate's expiry would cut below this; zero means Lifetime.
 	MinLifetime time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -90,8 +119,15 @@ func (a *Authority) Signer() backends.Signer { return a.signer }
 
 // Sign issues a certificate for pub from tmpl under p. From tmpl it takes the
 // subject, SANs, key usages and extensions; it sets serial (128 random
-// bits), validity, signature algorithm and basic constraints (never a CA).
-// Times are whole seconds, as X.509 and Kubernetes both store them.
+// bits), validity, signature algorithm, basic constraints (never a CA) and,
+// unless tmpl has them, the subject and authority key identifiers.
+//
+// The leaf lies inside every certificate of the chain: notBefore is the
+// latest of now − Backdate and each chain certificate's notBefore, and
+// notAfter the earliest of notBefore + Lifetime and each one's notAfter.
+// Times are whole seconds, as X.509 and Kubernetes both store them. Errors a
+// caller may retry: *NotYetValidError (ErrCANotYetValid), ErrBadSignature
+// and the backend's backends.ErrTransient.
 func (a *Authority) Sign(ctx context.Context, tmpl *x509.Certificate, pub crypto.PublicKey, p Policy) (*x509.Certificate, error) {
 	if p.Lifetime <= 0 {
 		return nil, fmt.Errorf("policy lifetime must be positive, got %s", p.Lifetime)
@@ -99,25 +135,14 @@ func (a *Authority) Sign(ctx context.Context, tmpl *x509.Certificate, pub crypto
 	if p.Backdate < 0 || p.Backdate >= p.Lifetime {
 		return nil, fmt.Errorf("policy backdate %s must be in [0, lifetime %s)", p.Backdate, p.Lifetime)
 	}
-	now := time.Now
+	clock := time.Now
 	if p.Now != nil {
-		now = p.Now
+		clock = p.Now
 	}
-	notBefore := now().Add(-p.Backdate).Truncate(time.Second)
-	notAfter := notBefore.Add(p.Lifetime)
-	if notAfter.After(a.cert.NotAfter) {
-		notAfter = a.cert.NotAfter.Truncate(time.Second)
-		min := p.MinLifetime
-		if min == 0 {
-			min = p.Lifetime
-		}
-		if notAfter.Sub(notBefore) < min {
-			return nil, fmt.Errorf("%w: CA %q ends %s, a leaf from %s needs to last %s",
-				ErrCAExpiresTooSoon, a.cert.Subject, a.cert.NotAfter.UTC().Format(time.RFC3339), notBefore.UTC().Format(time.RFC3339), min)
-		}
-	}
-	if notBefore.Before(a.cert.NotBefore) {
-		return nil, fmt.Errorf("CA %q is not valid until %s", a.cert.Subject, a.cert.NotBefore.UTC().Format(time.RFC3339))
+	now := clock()
+	notBefore, notAfter, err := a.validity(now, p)
+	if err != nil {
+		return nil, err
 	}
 	serial, err := randomSerial()
 	if err != nil {
@@ -132,23 +157,97 @@ func (a *Authority) Sign(ctx context.Context, tmpl *x509.Certificate, pub crypto
 	t.IsCA = false
 	t.MaxPathLen = 0
 	t.MaxPathLenZero = false
-	der, err := x509.CreateCertificate(rand.Reader, &t, a.cert, pub, contextSigner{ctx: ctx, s: a.signer})
+	if len(t.SubjectKeyId) == 0 {
+		if t.SubjectKeyId, err = subjectKeyID(pub); err != nil {
+			return nil, err
+		}
+	}
+	// CreateCertificate copies the CA's subject key id into the leaf's
+	// authority key id; a CA certificate without one gets it computed.
+	if len(a.cert.SubjectKeyId) == 0 && len(t.AuthorityKeyId) == 0 {
+		if t.AuthorityKeyId, err = subjectKeyID(a.cert.PublicKey); err != nil {
+			return nil, err
+		}
+	}
+	cs := &contextSigner{ctx: ctx, s: a.signer}
+	der, err := x509.CreateCertificate(rand.Reader, &t, a.cert, pub, cs)
 	if err != nil {
+		if bad := cs.badSignature(); bad != nil {
+			return nil, bad
+		}
 		return nil, fmt.Errorf("signing certificate with %s: %w", a.signer.URI(), err)
 	}
 	return x509.ParseCertificate(der)
 }
 
-// contextSigner lets x509.CreateCertificate's Sign call carry ctx.
-type contextSigner struct {
-	ctx context.Context
-	s   backends.Signer
+// validity places a leaf of p inside every certificate of the chain.
+func (a *Authority) validity(now time.Time, p Policy) (notBefore, notAfter time.Time, err error) {
+	notBefore = now.Add(-p.Backdate).Truncate(time.Second)
+	chain := a.Chain()
+	var late *x509.Certificate
+	for _, c := range chain {
+		if nb := c.NotBefore.Truncate(time.Second); nb.After(notBefore) {
+			notBefore, late = nb, c
+		}
+	}
+	if notBefore.After(now) {
+		return time.Time{}, time.Time{}, &NotYetValidError{Subject: late.Subject.String(), ValidFrom: notBefore, Now: now}
+	}
+	notAfter = notBefore.Add(p.Lifetime)
+	var early *x509.Certificate
+	for _, c := range chain {
+		if na := c.NotAfter.Truncate(time.Second); na.Before(notAfter) {
+			notAfter, early = na, c
+		}
+	}
+	if early == nil {
+		return notBefore, notAfter, nil
+	}
+	min := p.MinLifetime
+	if min == 0 {
+		min = p.Lifetime
+	}
+	if notAfter.Sub(notBefore) < min {
+		return time.Time{}, time.Time{}, fmt.Errorf("%w: CA certificate %q ends %s, a leaf from %s needs to last %s",
+			ErrCAExpiresTooSoon, early.Subject, early.NotAfter.UTC().Format(time.RFC3339), notBefore.UTC().Format(time.RFC3339), min)
+	}
+	return notBefore, notAfter, nil
 }
 
-func (c contextSigner) Public() crypto.PublicKey { return c.s.Public() }
+// contextSigner lets x509.CreateCertificate's Sign call carry ctx, and
+// keeps what the backend signed so that a failed CreateCertificate can be
+// told apart: a signature that does not verify is a device fault.
+type contextSigner struct {
+	ctx    context.Context
+	s      backends.Signer
+	digest []byte
+	sig    []byte
+}
 
-func (c contextSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	return c.s.SignContext(c.ctx, digest, opts)
+func (c *contextSigner) Public() crypto.PublicKey { return c.s.Public() }
+
+func (c *contextSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	sig, err := c.s.SignContext(c.ctx, digest, opts)
+	if err == nil {
+		c.digest, c.sig = digest, sig
+	}
+	return sig, err
+}
+
+// badSignature returns a transient ErrBadSignature error if the backend
+// answered with a signature that does not verify, and nil otherwise. It is
+// called only after CreateCertificate failed, so issuing pays for one
+// verification (CreateCertificate's own), not two.
+func (c *contextSigner) badSignature() error {
+	if c.sig == nil {
+		return nil
+	}
+	err := backends.VerifySignature(c.s.Public(), c.s.Algorithm(), c.digest, c.sig)
+	if err == nil {
+		return nil
+	}
+	return &backends.Error{Kind: backends.ErrTransient, Op: "sign", URI: c.s.URI(),
+		Err: fmt.Errorf("%w: %w", ErrBadSignature, err)}
 }
 
 func randomSerial() (*big.Int, error) {

@@ -2,10 +2,12 @@ package authority
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
+	"encoding/asn1"
 	"fmt"
 	"time"
 
@@ -22,7 +24,8 @@ type RootOptions struct {
 
 // SelfSignRoot makes a root CA certificate for signer's key, signed by it:
 // basic constraints CA:TRUE with path length 0 (it signs leaves only),
-// key usage certSign|crlSign|digitalSignature, a subject key id.
+// key usage certSign|crlSign|digitalSignature, a subject key id (RFC 7093
+// method 1) that leaves copy into their authority key id.
 func SelfSignRoot(ctx context.Context, signer backends.Signer, o RootOptions) (*x509.Certificate, error) {
 	if o.CommonName == "" || o.Lifetime <= 0 {
 		return nil, fmt.Errorf("a root CA needs a common name and a positive lifetime")
@@ -36,7 +39,7 @@ func SelfSignRoot(ctx context.Context, signer backends.Signer, o RootOptions) (*
 		return nil, err
 	}
 	notBefore := now().Add(-time.Hour).Truncate(time.Second)
-	skid, err := subjectKeyID(signer)
+	skid, err := subjectKeyID(signer.Public())
 	if err != nil {
 		return nil, err
 	}
@@ -52,19 +55,33 @@ func SelfSignRoot(ctx context.Context, signer backends.Signer, o RootOptions) (*
 		SubjectKeyId:          skid,
 		SignatureAlgorithm:    signer.SignatureAlgorithm(),
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, signer.Public(), contextSigner{ctx: ctx, s: signer})
+	cs := &contextSigner{ctx: ctx, s: signer}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, signer.Public(), cs)
 	if err != nil {
+		if bad := cs.badSignature(); bad != nil {
+			return nil, bad
+		}
 		return nil, fmt.Errorf("self-signing root %q with %s: %w", o.CommonName, signer.URI(), err)
 	}
 	return x509.ParseCertificate(der)
 }
 
-// subjectKeyID is the first 20 bytes of the SPKI fingerprint (RFC 7093
-// method 1 style), stable for a key.
-func subjectKeyID(s backends.Signer) ([]byte, error) {
-	fp, err := hex.DecodeString(s.Fingerprint())
-	if err != nil || len(fp) < 20 {
-		return nil, fmt.Errorf("signer %s has no SHA-256 fingerprint", s.URI())
+// subjectKeyID is RFC 7093 method 1: the leftmost 160 bits of the SHA-256
+// of the subjectPublicKey BIT STRING's value (no tag, length or unused-bits
+// byte). RFC 5280's own method 1 is the same with SHA-1; a key id is only
+// matched, never recomputed, by verifiers, so either serves.
+func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("computing subject key id: %w", err)
 	}
-	return fp[:20], nil
+	var spki struct {
+		Algorithm pkix.AlgorithmIdentifier
+		PublicKey asn1.BitString
+	}
+	if _, err := asn1.Unmarshal(der, &spki); err != nil {
+		return nil, fmt.Errorf("computing subject key id: %w", err)
+	}
+	sum := sha256.Sum256(spki.PublicKey.Bytes)
+	return sum[:20], nil
 }

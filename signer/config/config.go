@@ -100,6 +100,8 @@ type Signer struct {
 	Name    string `json:"name"`
 	CA      CA     `json:"ca"`
 	Profile string `json:"profile"`
+	// PodIdentity applies to the podIdentity profile.
+	PodIdentity *PodIdentity `json:"podIdentity,omitempty"`
 	// SPIFFE applies to the spiffe profile.
 	SPIFFE *SPIFFE `json:"spiffe,omitempty"`
 	// Server applies to the server profile.
@@ -129,6 +131,17 @@ type CA struct {
 	// ChainFile holds the issuers above the CA certificate, nearest first.
 	ChainFile string `json:"chainFile,omitempty"`
 	KeyURI    string `json:"keyURI"`
+}
+
+// PodIdentity configures the podIdentity profile.
+type PodIdentity struct {
+	// Critical marks the PodIdentity extension critical. Default false:
+	// KEP-4317 asks for a critical extension only on certificates for
+	// kube-apiserver's own kube-apiserver-client-pod authentication, which
+	// v1.37 does not implement, and TLS stacks that do not know the
+	// extension (openssl, Envoy, Java, Go's x509.Verify) reject a leaf that
+	// carries it critical.
+	Critical bool `json:"critical,omitempty"`
 }
 
 // SPIFFE configures the spiffe profile.
@@ -345,6 +358,9 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	}
 	if s.CA.KeyURI == "" {
 		errs = append(errs, field.Required(cp.Child("keyURI"), "e.g. pkcs11:token=…;object=…?module-path=…&pin-source=file:…"))
+	}
+	if s.PodIdentity != nil && s.Profile != ProfilePodIdentity {
+		errs = append(errs, field.Invalid(p.Child("podIdentity"), *s.PodIdentity, "applies only to profile "+ProfilePodIdentity))
 	}
 	switch s.Profile {
 	case ProfilePodIdentity:

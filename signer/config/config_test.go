@@ -88,3 +88,45 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+// podIdentity.critical is read per signer, absent means non-critical, and
+// it is refused, with its path, where it cannot apply.
+func TestPodIdentityCriticality(t *testing.T) {
+	base, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi := cfg.Signers[0].PodIdentity; pi != nil && pi.Critical {
+		t.Fatalf("podIdentity settings %+v without any in the file, want non-critical", *pi)
+	}
+	cfg, err = config.Parse([]byte(strings.Replace(string(base), "profile: podIdentity", "profile: podIdentity\n  podIdentity: {critical: true}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi := cfg.Signers[0].PodIdentity; pi == nil || !pi.Critical {
+		t.Fatalf("podIdentity settings %+v, want critical", pi)
+	}
+	cases := []struct {
+		name      string
+		from, to  string
+		wantField string
+	}{
+		{"podIdentity settings on a spiffe signer", "profile: spiffe", "profile: spiffe\n  podIdentity: {critical: true}", "signers[1].podIdentity"},
+		{"a misspelt podIdentity setting", "profile: podIdentity", "profile: podIdentity\n  podIdentity: {critcal: true}", `"signers[0].podIdentity.critcal"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(strings.Replace(string(base), tc.from, tc.to, 1)))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.wantField) {
+				t.Fatalf("error %q does not name %s", err, tc.wantField)
+			}
+		})
+	}
+}

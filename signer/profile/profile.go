@@ -59,7 +59,7 @@ type Profile interface {
 func New(s config.Signer) (Profile, error) {
 	switch s.Profile {
 	case config.ProfilePodIdentity:
-		return podIdentity{}, nil
+		return podIdentity{critical: s.PodIdentity != nil && s.PodIdentity.Critical}, nil
 	case config.ProfileSPIFFE:
 		if s.SPIFFE == nil {
 			return nil, fmt.Errorf("signer %s: spiffe profile without spiffe.trustDomain", s.Name)
@@ -74,14 +74,21 @@ func New(s config.Signer) (Profile, error) {
 	return nil, fmt.Errorf("signer %s: unknown profile %q", s.Name, s.Profile)
 }
 
-// keyUsage follows the subject key: digitalSignature, plus keyEncipherment
-// for RSA (TLS 1.2 RSA key exchange).
-func keyUsage(pub crypto.PublicKey) x509.KeyUsage {
-	if _, ok := pub.(*rsa.PublicKey); ok {
+// keyUsage follows the subject key and the extended key usages (RFC 5280
+// 4.2.1.12): digitalSignature always; keyEncipherment only for an RSA key
+// that may serve TLS (serverAuth), where a TLS 1.2 peer restricted to RSA
+// key exchange needs it (OpenSSL refuses those suites without the bit). A
+// client never decrypts anything with its key, and ECDSA and Ed25519 keys
+// cannot encipher (RFC 5480, RFC 8410).
+func keyUsage(pub crypto.PublicKey, eku []x509.ExtKeyUsage) x509.KeyUsage {
+	if _, ok := pub.(*rsa.PublicKey); ok && slices.Contains(eku, x509.ExtKeyUsageServerAuth) {
 		return x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
 	}
 	return x509.KeyUsageDigitalSignature
 }
+
+// maxCommonName is RFC 5280's ub-common-name.
+const maxCommonName = 64
 
 // OIDPodIdentity is the PodIdentity extension of KEP-4317, under the CNCF's
 // Kubernetes private enterprise number.
@@ -121,14 +128,15 @@ func ParsePodIdentity(cert *x509.Certificate) (*PodIdentity, error) {
 }
 
 // podIdentity is a TLS client certificate carrying the PodIdentity
-// extension (critical, as KEP-4317 specifies for kube-apiserver client
-// certificates) and no SANs. A Go TLS peer that verifies such a certificate
-// must accept the extension (remove it from UnhandledCriticalExtensions).
-type podIdentity struct{}
+// extension and no SANs. The extension is non-critical unless configured
+// (podIdentity.critical): KEP-4317 asks for critical only on certificates
+// for kube-apiserver's own pod authentication, and a critical extension
+// that a TLS peer does not know makes it reject the certificate.
+type podIdentity struct{ critical bool }
 
 func (podIdentity) Name() string { return config.ProfilePodIdentity }
 
-func (podIdentity) Template(r Request) (*x509.Certificate, error) {
+func (p podIdentity) Template(r Request) (*x509.Certificate, error) {
 	der, err := asn1.Marshal(PodIdentity{
 		Namespace:          r.Namespace,
 		ServiceAccountName: r.ServiceAccountName,
@@ -141,26 +149,29 @@ func (podIdentity) Template(r Request) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding PodIdentity extension: %w", err)
 	}
+	eku := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	return &x509.Certificate{
 		Subject:         pkix.Name{CommonName: "system:serviceaccount:" + r.Namespace + ":" + r.ServiceAccountName},
-		KeyUsage:        keyUsage(r.PublicKey),
-		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		ExtraExtensions: []pkix.Extension{{Id: OIDPodIdentity, Critical: true, Value: der}},
+		KeyUsage:        keyUsage(r.PublicKey, eku),
+		ExtKeyUsage:     eku,
+		ExtraExtensions: []pkix.Extension{{Id: OIDPodIdentity, Critical: p.critical, Value: der}},
 	}, nil
 }
 
 // spiffe is an X.509 SVID: URI SAN spiffe://<trust domain>/ns/<ns>/sa/<sa>,
-// empty subject, client and server auth.
+// empty subject (so the SAN extension is critical, RFC 5280 4.2.1.6, which
+// crypto/x509 does for an empty subject), client and server auth.
 type spiffe struct{ trustDomain string }
 
 func (spiffe) Name() string { return config.ProfileSPIFFE }
 
 func (s spiffe) Template(r Request) (*x509.Certificate, error) {
 	id := &url.URL{Scheme: "spiffe", Host: s.trustDomain, Path: "/ns/" + r.Namespace + "/sa/" + r.ServiceAccountName}
+	eku := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	return &x509.Certificate{
 		URIs:        []*url.URL{id},
-		KeyUsage:    keyUsage(r.PublicKey),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		KeyUsage:    keyUsage(r.PublicKey, eku),
+		ExtKeyUsage: eku,
 	}, nil
 }
 
@@ -199,11 +210,19 @@ func (s server) Template(r Request) (*x509.Certificate, error) {
 	if len(names) == 0 {
 		return nil, &Denial{Reason: ReasonInvalidAnnotations, Message: s.annotation + " lists no DNS names"}
 	}
+	// The subject names the first DNS name that fits a common name (RFC
+	// 5280 ub-common-name, 64); with none, the subject is empty and the SAN
+	// extension critical. Verifiers match the SANs, not the common name.
+	var subject pkix.Name
+	if i := slices.IndexFunc(names, func(n string) bool { return len(n) <= maxCommonName }); i >= 0 {
+		subject.CommonName = names[i]
+	}
+	eku := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	return &x509.Certificate{
-		Subject:     pkix.Name{CommonName: names[0]},
+		Subject:     subject,
 		DNSNames:    names,
-		KeyUsage:    keyUsage(r.PublicKey),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage:    keyUsage(r.PublicKey, eku),
+		ExtKeyUsage: eku,
 	}, nil
 }
 

@@ -119,8 +119,8 @@ func TestPodIdentityWireFormat(t *testing.T) {
 	if !ext.Id.Equal(profile.OIDPodIdentity) || ext.Id.String() != "1.3.6.1.4.1.57683.1" {
 		t.Errorf("extension OID %s, want 1.3.6.1.4.1.57683.1", ext.Id)
 	}
-	if !ext.Critical {
-		t.Error("PodIdentity extension is not critical")
+	if ext.Critical {
+		t.Error("PodIdentity extension is critical by default")
 	}
 	if !bytes.Equal(ext.Value, want) {
 		t.Errorf("extension value\n got %x\nwant %x", ext.Value, want)
@@ -130,5 +130,33 @@ func TestPodIdentityWireFormat(t *testing.T) {
 	}
 	if len(tmpl.ExtKeyUsage) != 1 || tmpl.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
 		t.Errorf("extended key usage %v, want client auth only", tmpl.ExtKeyUsage)
+	}
+}
+
+// The extension is critical only where a signer asks for it.
+func TestPodIdentityCriticalityFollowsTheSignerSetting(t *testing.T) {
+	cases := []struct {
+		name     string
+		settings *config.PodIdentity
+		want     bool
+	}{
+		{name: "no settings give a non-critical extension"},
+		{name: "critical false gives a non-critical extension", settings: &config.PodIdentity{}},
+		{name: "critical true gives a critical extension", settings: &config.PodIdentity{Critical: true}, want: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := profile.New(config.Signer{Name: "keyward.dev/pod-identity", Profile: config.ProfilePodIdentity, PodIdentity: tc.settings})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := p.Template(request(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tmpl.ExtraExtensions) != 1 || tmpl.ExtraExtensions[0].Critical != tc.want {
+				t.Fatalf("extensions %+v, want one PodIdentity extension with critical=%v", tmpl.ExtraExtensions, tc.want)
+			}
+		})
 	}
 }
