@@ -79,6 +79,9 @@ const (
 	// parkedWait: a terminal status the apiserver refused is written again
 	// this much later (never re-signed).
 	parkedWait = 5 * time.Minute
+	// finishTimeout bounds the status write of a request in flight when
+	// shutdown begins (beyond the signature's own SignTimeout).
+	finishTimeout = 10 * time.Second
 )
 
 // Signer is one signer name the controller owns, with its policy.
@@ -315,7 +318,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	requeueAfter, err := c.sync(ctx, key)
+	// A request being worked on when shutdown begins is finished (its
+	// certificate written), not dropped after the CA key signed it: the
+	// next leader would sign it again. Bounded by the sign timeout.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
+	defer cancel()
+	requeueAfter, err := c.sync(ictx, key)
 	switch {
 	case err != nil:
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()

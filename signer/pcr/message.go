@@ -2,8 +2,9 @@ package pcr
 
 import (
 	"fmt"
-	"strconv"
 	"unicode/utf8"
+
+	"github.com/keyward/keyward/signer/profile"
 )
 
 // Size limits of what keyward writes. kube-apiserver refuses condition
@@ -12,8 +13,6 @@ import (
 const (
 	maxConditionMessage = 4 << 10
 	maxEventMessage     = 1 << 10
-	// maxQuoted is how much of a caller-supplied value a message quotes.
-	maxQuoted = 64
 )
 
 // truncate cuts s to at most n bytes on a rune boundary, saying how long it
@@ -30,15 +29,6 @@ func truncate(s string, n int) string {
 	return s[:cut] + suffix
 }
 
-// quote quotes at most maxQuoted bytes of a value the requester chose,
-// saying how long it was.
-func quote(v string) string {
-	if len(v) <= maxQuoted {
-		return strconv.Quote(v)
-	}
-	cut := maxQuoted
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(v[:cut]), len(v))
-}
+// quote quotes at most profile.MaxQuoted bytes of a value the requester
+// chose, saying how long it was.
+func quote(v string) string { return profile.Quote(v) }

@@ -197,11 +197,11 @@ func (s server) Template(r Request) (*x509.Certificate, error) {
 			continue
 		}
 		if errs := validation.IsDNS1123Subdomain(strings.TrimPrefix(n, "*.")); len(errs) > 0 {
-			return nil, &Denial{Reason: ReasonInvalidAnnotations, Message: fmt.Sprintf("%s: %q is not a DNS name: %s", s.annotation, n, strings.Join(errs, "; "))}
+			return nil, &Denial{Reason: ReasonInvalidAnnotations, Message: fmt.Sprintf("%s: %s is not a DNS name: %s", s.annotation, Quote(n), strings.Join(errs, "; "))}
 		}
 		if !s.allowed(n, r) {
-			return nil, &Denial{Reason: ReasonDNSNameNotAllowed, Message: fmt.Sprintf("DNS name %q is not allowed for pod %s/%s (allowed: %s)",
-				n, r.Namespace, r.PodName, strings.Join(s.expand(r), ", "))}
+			return nil, &Denial{Reason: ReasonDNSNameNotAllowed, Message: fmt.Sprintf("DNS name %s is not allowed for pod %s/%s (allowed: %s)",
+				Quote(n), r.Namespace, r.PodName, strings.Join(s.expand(r), ", "))}
 		}
 		if !slices.Contains(names, n) {
 			names = append(names, n)

@@ -34,7 +34,13 @@ func describeChain(w io.Writer, chain []*x509.Certificate) {
 			fmt.Fprintf(w, "    SANs:      %s\n", strings.Join(sans, ", "))
 		}
 		if pi, err := profile.ParsePodIdentity(c); err == nil {
-			fmt.Fprintf(w, "    PodIdentity (1.3.6.1.4.1.57683.1, critical):\n")
+			crit := "non-critical"
+			for _, e := range c.Extensions {
+				if e.Id.Equal(profile.OIDPodIdentity) && e.Critical {
+					crit = "critical"
+				}
+			}
+			fmt.Fprintf(w, "    PodIdentity (1.3.6.1.4.1.57683.1, %s):\n", crit)
 			fmt.Fprintf(w, "      namespace %s, service account %s (uid %s)\n", pi.Namespace, pi.ServiceAccountName, pi.ServiceAccountUID)
 			fmt.Fprintf(w, "      pod %s (uid %s), node %s (uid %s)\n", pi.PodName, pi.PodUID, pi.NodeName, pi.NodeUID)
 		}
