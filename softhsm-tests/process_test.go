@@ -71,6 +71,12 @@ func (p *signerProcess) Kill() {
 	_ = p.cmd.Wait()
 }
 
+// Stop ends the replica with SIGTERM and waits for it: a graceful stop.
+func (p *signerProcess) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
 // startSignerProcess runs the test binary as a signer replica with cfg.
 func startSignerProcess(t *testing.T, cfg *config.SignerConfiguration, identity string) *signerProcess {
 	t.Helper()

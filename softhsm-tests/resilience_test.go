@@ -1,14 +1,18 @@
 package softhsmtests
 
 import (
+	"crypto/sha256"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
@@ -99,71 +103,103 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 	}
 }
 
-// Two replicas run; the leader is killed (SIGKILL, no lease release) in
-// the middle of a burst. The standby takes over and every request is issued
-// exactly once: one status, and no PCR in both replicas' audit logs.
-func TestLeaderKilledMidBurstIssuesEachRequestOnce(t *testing.T) {
-	ctx := testContext(t)
-	suffix := uniqueName(t, "ha")
-	name := "keyward.dev/ha-" + suffix
-	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
-	on := true
-	cfg.LeaderElection = config.LeaderElection{Enabled: &on, Namespace: signerNamespace, LeaseName: "ha-" + suffix,
-		LeaseDuration: metav1.Duration{Duration: 4 * time.Second}, RenewDeadline: metav1.Duration{Duration: 3 * time.Second},
-		RetryPeriod: metav1.Duration{Duration: 500 * time.Millisecond}}
+// Two replicas run; the leader is stopped in the middle of a burst, either
+// gracefully (SIGTERM: it finishes the requests in flight and releases the
+// Lease) or killed outright (SIGKILL). The standby takes over and every
+// request is issued once. The CA key is held by the AWS KMS fake, which
+// records every digest it signed: each issued leaf's to-be-signed bytes
+// must have been signed exactly once, and after a graceful stop no other
+// signature exists. After SIGKILL, a request the dead leader had signed but
+// not yet written is signed again by the next one: at most one per worker.
+func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
+	kms := awskmsfake.Start(awskmsfake.Options{})
+	defer kms.Close()
+	// The replicas are child processes: they find the fake's credentials
+	// in the environment, as the AWS SDK's default chain does.
+	t.Setenv("AWS_ACCESS_KEY_ID", awskmsfake.AccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", awskmsfake.SecretAccessKey)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	var opts all.Options
+	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
 
-	a := startSignerProcess(t, cfg, "replica-a")
-	leaderDeadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(a.Output(), "Leading") {
-		if time.Now().After(leaderDeadline) {
-			t.Fatalf("replica-a never led:\n%s", a.Output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b := startSignerProcess(t, cfg, "replica-b")
-	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	for _, tc := range []struct {
+		name     string
+		graceful bool
+	}{{"SIGTERM", true}, {"SIGKILL", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			suffix := uniqueName(t, "ha")
+			name := "keyward.dev/ha-" + suffix
+			keyURI, caFile, root := newCA(t, opts, "awskms:region=eu-west-1?endpoint="+kms.URL(), "ca-"+suffix)
+			cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+			on := true
+			cfg.LeaderElection = config.LeaderElection{Enabled: &on, Namespace: signerNamespace, LeaseName: "ha-" + suffix,
+				LeaseDuration: metav1.Duration{Duration: 4 * time.Second}, RenewDeadline: metav1.Duration{Duration: 3 * time.Second},
+				RetryPeriod: metav1.Duration{Duration: 500 * time.Millisecond}}
 
-	first := createBurst(t, w, name, 20)
-	a.Kill()
-	killed := time.Now()
-	second := createBurst(t, w, name, 20)
+			a := startSignerProcess(t, cfg, "replica-a")
+			leaderDeadline := time.Now().Add(30 * time.Second)
+			for !strings.Contains(a.Output(), "Leading") {
+				if time.Now().After(leaderDeadline) {
+					t.Fatalf("replica-a never led:\n%s", a.Output())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			b := startSignerProcess(t, cfg, "replica-b")
+			w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+			signedBefore := len(kms.SignRequests())
 
-	var lastIssued time.Time
-	var totalA, totalB int
-	for _, p := range append(first, second...) {
-		got := waitTerminal(t, ctx, p, 60*time.Second)
-		if c := condition(got); c.Type != "Issued" {
-			t.Fatalf("%s: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
-		}
-		parseChain(t, got.Status.CertificateChain, root)
-		if lt := got.Status.Conditions[0].LastTransitionTime.Time; lt.After(lastIssued) {
-			lastIssued = lt
-		}
-		issuedA, issuedB := countIssued(a.Output(), p), countIssued(b.Output(), p)
-		if issuedA+issuedB > 1 {
-			t.Fatalf("%s issued more than once (replica-a: %d, replica-b: %d)", p.Name, issuedA, issuedB)
-		}
-		totalA += issuedA
-		totalB += issuedB
-	}
-	t.Logf("all 40 issued (audit lines: replica-a %d, replica-b %d); the last %s after the kill (lease duration 4s)",
-		totalA, totalB, lastIssued.Sub(killed).Round(time.Second))
-	if totalB < len(second) {
-		t.Fatalf("replica-b logged %d issuances, want at least the %d made after the kill", totalB, len(second))
-	}
-	if !strings.Contains(b.Output(), "Leading") {
-		t.Fatalf("replica-b never led:\n%s", b.Output())
-	}
-}
+			first := createBurst(t, w, name, 20)
+			if tc.graceful {
+				a.Stop()
+			} else {
+				a.Kill()
+			}
+			stopped := time.Now()
+			second := createBurst(t, w, name, 20)
 
-// countIssued counts audit lines "Issued" for p in a replica's log.
-func countIssued(log string, p *certv1.PodCertificateRequest) int {
-	n := 0
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, `"Issued"`) && strings.Contains(line, fmt.Sprintf(`pcr="%s/%s"`, p.Namespace, p.Name)) {
-			n++
-		}
+			var lastIssued time.Time
+			leaves := map[string]string{} // digest of the to-be-signed bytes → PCR
+			for _, p := range append(first, second...) {
+				got := waitTerminal(t, ctx, p, 60*time.Second)
+				if c := condition(got); c.Type != "Issued" {
+					t.Fatalf("%s: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
+				}
+				leaf := parseChain(t, got.Status.CertificateChain, root)
+				d := sha256.Sum256(leaf.RawTBSCertificate)
+				leaves[string(d[:])] = p.Name
+				if lt := got.Status.Conditions[0].LastTransitionTime.Time; lt.After(lastIssued) {
+					lastIssued = lt
+				}
+			}
+			probe := sha256.Sum256([]byte("keyward readiness probe"))
+			perLeaf := map[string]int{}
+			wasted := 0
+			for _, r := range kms.SignRequests()[signedBefore:] {
+				switch {
+				case leaves[string(r.Message)] != "":
+					perLeaf[string(r.Message)]++
+				case string(r.Message) == string(probe[:]):
+				default:
+					wasted++
+				}
+			}
+			for d, pcr := range leaves {
+				if perLeaf[d] != 1 {
+					t.Errorf("%s: its certificate was signed %d times by the KMS, want 1", pcr, perLeaf[d])
+				}
+			}
+			t.Logf("%d issued, the last %s after the stop (lease duration 4s); %d KMS signatures for no issued certificate",
+				len(leaves), lastIssued.Sub(stopped).Round(time.Second), wasted)
+			if tc.graceful && wasted != 0 {
+				t.Errorf("%d KMS signatures for requests issued by another signature after a graceful stop, want 0", wasted)
+			}
+			if !tc.graceful && wasted > cfg.Workers {
+				t.Errorf("%d KMS signatures wasted by the kill, want at most one per worker (%d)", wasted, cfg.Workers)
+			}
+			if !strings.Contains(b.Output(), "Leading") {
+				t.Fatalf("replica-b never led:\n%s", b.Output())
+			}
+		})
 	}
-	return n
 }
