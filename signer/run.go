@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -235,7 +236,11 @@ func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *back
 		if err != nil {
 			return fail(fmt.Errorf("%s: opening ca.keyURI: %w", field, err))
 		}
-		key := newHealthKey(opened, clock.RealClock{})
+		key, err := newHealthKey(opened, keyOptions{Clock: clock.RealClock{}})
+		if err != nil {
+			_ = opened.Close()
+			return fail(fmt.Errorf("%s: %w", field, err))
+		}
 		keys = append(keys, key)
 		cert, chain, err := loadCA(sc.CA)
 		if err != nil {
@@ -262,10 +267,14 @@ func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *back
 	return out, keys, nil
 }
 
+// closeKeys stops each key's probes and closes it (healthKey.Close), all
+// at once: each may wait up to CloseWait for a hung backend.
 func closeKeys(keys []*healthKey) {
+	var wg sync.WaitGroup
 	for _, k := range keys {
-		k.Close()
+		wg.Go(func() { _ = k.Close() })
 	}
+	wg.Wait()
 }
 
 func loadCA(ca config.CA) (*x509.Certificate, []*x509.Certificate, error) {
