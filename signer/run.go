@@ -116,7 +116,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Ready(metricsAddr, healthAddr)
 	}
 
-	signers, keys, err := openSigners(ctx, cfg, o.Backends)
+	signers, keys, err := openSigners(ctx, cfg, o.Backends, metrics)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func Run(ctx context.Context, o Options) error {
 // openSigners opens each signer's CA key and certificate and builds its
 // policy. Each key is wrapped in a healthKey for /readyz. On error every key
 // opened so far is closed.
-func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *backends.Registry) ([]*pcr.Signer, []*healthKey, error) {
+func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *backends.Registry, metrics *pcr.Metrics) ([]*pcr.Signer, []*healthKey, error) {
 	var out []*pcr.Signer
 	var keys []*healthKey
 	fail := func(err error) ([]*pcr.Signer, []*healthKey, error) {
@@ -236,7 +236,11 @@ func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *back
 		if err != nil {
 			return fail(fmt.Errorf("%s: opening ca.keyURI: %w", field, err))
 		}
-		key, err := newHealthKey(opened, keyOptions{Clock: clock.RealClock{}})
+		// The sign metrics count calls that reached the backend, nothing
+		// else (the guard observes exactly those).
+		key, err := newHealthKey(opened, keyOptions{Clock: clock.RealClock{}, Observer: func(backend string, d time.Duration, err error) {
+			metrics.ObserveSign(backend, d.Seconds(), err)
+		}})
 		if err != nil {
 			_ = opened.Close()
 			return fail(fmt.Errorf("%s: %w", field, err))
