@@ -438,14 +438,14 @@ func (c *Controller) delayed(r *request, reason, format string, args ...any) {
 // afterIssuedWrite acts on kube-apiserver's answer to an Issued status.
 func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *request, cert *issuedCert, err error) (time.Duration, error) {
 	res := classifyWrite(err)
-	if res != writeOK {
-		c.opts.Metrics.StatusRejected.WithLabelValues(s.Name, res.String()).Inc()
+	if wait, done, err := c.afterWrite(ctx, s, r, res, err); done {
+		return wait, err
 	}
 	logger := klog.FromContext(ctx).WithValues("pcr", klog.KRef(r.namespace, r.name), "signer", s.Name)
 	now := c.opts.Clock.Now()
 	switch res {
 	case writeOK:
-		c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
+		c.records.markWritten(r.uid, now)
 		c.observe(s, r, "Issued", ReasonIssued)
 		logger.Info("Issued",
 			"serial", cert.leaf.SerialNumber.Text(16), "namespace", r.namespace, "pod", r.podName,
@@ -454,20 +454,10 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 		c.events.issued(r.obj, "issued certificate serial %s by %s, valid until %s",
 			cert.leaf.SerialNumber.Text(16), s.Name, cert.leaf.NotAfter.UTC().Format(time.RFC3339))
 		return 0, nil
-	case writeGone:
-		c.records.drop(r.uid)
-		return 0, nil
-	case writeAlreadyTerminal:
-		c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
-		return 0, nil
 	case writeConflict, writeTransient:
 		// The certificate signed for this UID is written again, never
 		// re-signed.
 		return 0, err
-	case writeNoPermission:
-		c.opts.Permissions.Refused(ctx, s.Name, err.Error())
-		c.delayed(r, EventPermissionMissing, "the signer may not write this status; not retrying until its RBAC grants it: %v", err)
-		return permissionWait, nil
 	case writeNotBeforeWindow:
 		rec := c.records.get(r.uid, now)
 		if rec.resigned && rec.resignedKey == cert.key {
@@ -483,6 +473,30 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 	logger.Error(err, "kube-apiserver refused the Issued status")
 	c.events.warning(r.obj, EventStatusRejected, "kube-apiserver refused the issued status: %v", err)
 	return c.terminal(ctx, s, r, "Failed", ReasonStatusRejected, "kube-apiserver refused the issued status: "+err.Error())
+}
+
+// afterWrite handles the answers to a status write that mean the same
+// whatever was written: it counts refusals and reports done for gone,
+// already terminal and no permission.
+func (c *Controller) afterWrite(ctx context.Context, s *signerState, r *request, res writeResult, err error) (time.Duration, bool, error) {
+	if res != writeOK {
+		c.opts.Metrics.StatusRejected.WithLabelValues(s.Name, res.String()).Inc()
+	}
+	switch res {
+	case writeGone:
+		c.records.drop(r.uid)
+		return 0, true, nil
+	case writeAlreadyTerminal:
+		c.records.markWritten(r.uid, c.opts.Clock.Now())
+		return 0, true, nil
+	case writeNoPermission:
+		// Nothing is signed for this signer name until the gate finds the
+		// grant; a certificate already signed is kept and written then.
+		c.opts.Permissions.Refused(ctx, s.Name, err.Error())
+		c.delayed(r, EventPermissionMissing, "the signer may not write this status; not retrying until its RBAC grants it: %v", err)
+		return permissionWait, true, nil
+	}
+	return 0, false, nil
 }
 
 // check applies the policy that needs no signing: key, annotations.
@@ -599,22 +613,11 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 		LastTransitionTime: metav1.NewTime(c.opts.Clock.Now()),
 	}}})
 	res := classifyWrite(err)
-	if res != writeOK {
-		c.opts.Metrics.StatusRejected.WithLabelValues(s.Name, res.String()).Inc()
+	if wait, done, err := c.afterWrite(ctx, s, r, res, err); done {
+		return wait, err
 	}
-	now := c.opts.Clock.Now()
 	switch res {
 	case writeOK:
-	case writeGone:
-		c.records.drop(r.uid)
-		return 0, nil
-	case writeAlreadyTerminal:
-		c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
-		return 0, nil
-	case writeNoPermission:
-		c.opts.Permissions.Refused(ctx, s.Name, err.Error())
-		c.delayed(r, EventPermissionMissing, "the signer may not write this status; not retrying until its RBAC grants it: %v", err)
-		return permissionWait, nil
 	case writeRejected, writeNotBeforeWindow:
 		klog.FromContext(ctx).Error(err, "kube-apiserver refused a terminal status; writing it again later",
 			"pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "condition", typ, "reason", reason, "retryIn", parkedWait)
@@ -623,7 +626,7 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	default:
 		return 0, err
 	}
-	c.records.update(r.uid, now, func(rec *requestRecord) { rec.written, rec.cert = true, nil })
+	c.records.markWritten(r.uid, c.opts.Clock.Now())
 	c.observe(s, r, typ, reason)
 	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", truncate(msg, maxEventMessage))
 	c.events.warning(r.obj, reason, "%s: %s", typ, msg)

@@ -49,14 +49,9 @@ func newRecords() *records { return &records{m: map[types.UID]*requestRecord{}} 
 // get returns a copy of uid's record, creating it (first seen now) if
 // missing.
 func (rs *records) get(uid types.UID, now time.Time) requestRecord {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	r, ok := rs.m[uid]
-	if !ok {
-		r = &requestRecord{firstSeen: now}
-		rs.m[uid] = r
-	}
-	return *r
+	var out requestRecord
+	rs.update(uid, now, func(r *requestRecord) { out = *r })
+	return out
 }
 
 // update changes uid's record under the lock (creating it if needed).
@@ -69,6 +64,12 @@ func (rs *records) update(uid types.UID, now time.Time, f func(*requestRecord)) 
 		rs.m[uid] = r
 	}
 	f(r)
+}
+
+// markWritten records that uid's terminal status is written: nothing is
+// signed for it again.
+func (rs *records) markWritten(uid types.UID, now time.Time) {
+	rs.update(uid, now, func(r *requestRecord) { r.written, r.cert = true, nil })
 }
 
 // drop forgets uid.
