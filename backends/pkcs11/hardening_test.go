@@ -195,53 +195,68 @@ func TestTwoSpellingsOfOneModuleShareIt(t *testing.T) {
 // The module is finalised under two open tokens (as another handle's
 // C_Finalize does): the token in use recovers by itself, although the other
 // is idle — its context would otherwise keep crypto11 from initialising the
-// module again — and the idle one recovers when next used.
+// module again — and the idle one recovers when next used. A crypto11
+// context outside keyward that keeps crypto11's module handle alive is no
+// obstacle either.
 func TestModuleFinalisedUnderTwoTokensRecovers(t *testing.T) {
-	a, b := newToken(t, "reinit-a"), newToken(t, "reinit-b")
-	p := newProvider(t, pkcs11.Options{ReopenInterval: 10 * time.Millisecond})
-	sa := create(t, p, tokenURI(a, "object="+unique("ca")), backends.ECDSAP256SHA256)
-	sb := create(t, p, tokenURI(b, "object="+unique("ca")), backends.RSA2048PKCS1SHA256)
-	for _, s := range []backends.Signer{sa, sb} {
-		if err := signOnce(s); err != nil {
-			t.Fatalf("before the module was finalised: %v", err)
-		}
-	}
+	for _, tc := range []struct {
+		name    string
+		foreign bool
+	}{
+		{"with keyward's contexts only", false},
+		{"with a context outside keyward on the module", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newToken(t, "reinit-a"), newToken(t, "reinit-b")
+			p := newProvider(t, pkcs11.Options{ReopenInterval: 10 * time.Millisecond})
+			sa := create(t, p, tokenURI(a, "object="+unique("ca")), backends.ECDSAP256SHA256)
+			sb := create(t, p, tokenURI(b, "object="+unique("ca")), backends.RSA2048PKCS1SHA256)
+			if tc.foreign {
+				newFixture(t, b)
+			}
+			for _, s := range []backends.Signer{sa, sb} {
+				if err := signOnce(s); err != nil {
+					t.Fatalf("before the module was finalised: %v", err)
+				}
+			}
 
-	h := p11.New(a.ModulePath)
-	if h == nil {
-		t.Fatal("loading the module")
-	}
-	if err := h.Finalize(); err != nil {
-		t.Fatalf("C_Finalize: %v", err)
-	}
-	h.Destroy()
+			h := p11.New(a.ModulePath)
+			if h == nil {
+				t.Fatal("loading the module")
+			}
+			if err := h.Finalize(); err != nil {
+				t.Fatalf("C_Finalize: %v", err)
+			}
+			h.Destroy()
 
-	recover := func(name string, s backends.Signer) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for i := 0; ; i++ {
-			err := signOnce(s)
-			if err == nil {
-				return
+			recover := func(name string, s backends.Signer) {
+				t.Helper()
+				deadline := time.Now().Add(20 * time.Second)
+				for i := 0; ; i++ {
+					err := signOnce(s)
+					if err == nil {
+						return
+					}
+					if i == 0 {
+						t.Logf("%s recovering: %v", name, err)
+					}
+					if !backends.IsTransient(err) || time.Now().After(deadline) {
+						t.Fatalf("%s after the module was finalised: %v", name, err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
 			}
-			if i == 0 {
-				t.Logf("%s recovering: %v", name, err)
+			recover("token a", sa)
+			recover("token b", sb)
+			for _, s := range []backends.Signer{sa, sb, sa} {
+				if err := signOnce(s); err != nil {
+					t.Fatalf("after recovering: %v", err)
+				}
 			}
-			if !backends.IsTransient(err) || time.Now().After(deadline) {
-				t.Fatalf("%s after the module was finalised: %v", name, err)
+			if n := p.Reopens(); n < 2 {
+				t.Errorf("%d re-opens, want one per token at least", n)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	recover("token a", sa)
-	recover("token b", sb)
-	for _, s := range []backends.Signer{sa, sb, sa} {
-		if err := signOnce(s); err != nil {
-			t.Fatalf("after recovering: %v", err)
-		}
-	}
-	if n := p.Reopens(); n < 2 {
-		t.Errorf("%d re-opens, want one per token at least", n)
+		})
 	}
 }
 
