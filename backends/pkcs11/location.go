@@ -35,7 +35,8 @@ func DefaultAllowedModules() []string {
 // number. The PIN comes from pin-source=file:<path> or pin-source=env:<NAME>;
 // pin-value is refused so that no PIN sits in a configuration file.
 type location struct {
-	module    string
+	module    string // module-path as written
+	modPath   string // module-path with symlinks resolved: what is loaded
 	token     string // label
 	serial    string
 	object    string // key label
@@ -77,11 +78,18 @@ func parseLocation(op, raw string, allowed []string) (location, error) {
 	if len(loc.id) == 0 {
 		loc.id = nil
 	}
-	switch {
-	case loc.module == "":
+	if loc.module == "" {
 		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, "module-path", "missing (e.g. ?module-path=/usr/lib/softhsm/libsofthsm2.so)")
-	case !slices.Contains(allowed, filepath.Clean(loc.module)):
-		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, "module-path", "%s is not in the allowed modules %v", loc.module, allowed)
+	}
+	loc.modPath = canonicalModule(loc.module)
+	if !slices.ContainsFunc(allowed, func(a string) bool { return canonicalModule(a) == loc.modPath }) {
+		shown := loc.module
+		if loc.modPath != filepath.Clean(loc.module) {
+			shown += " (" + loc.modPath + ")"
+		}
+		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, "module-path", "%s is not in the allowed modules %v", shown, allowed)
+	}
+	switch {
 	case loc.token == "" && loc.serial == "":
 		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, "token", "name the token by token=<label> or serial=<serial>")
 	case loc.token != "" && loc.serial != "":
@@ -97,6 +105,19 @@ func parseLocation(op, raw string, allowed []string) (location, error) {
 		}
 	}
 	return loc, nil
+}
+
+// canonicalModule is the path a module is loaded from and counted by: clean,
+// with symlinks resolved, so that two spellings of one module (a symlink and
+// its target) are checked against the allowlist alike and share one module
+// handle in crypto11, which counts its references by path. A path that does
+// not resolve is only cleaned; loading it then fails.
+func canonicalModule(path string) string {
+	clean := filepath.Clean(path)
+	if real, err := filepath.EvalSymlinks(clean); err == nil {
+		return real
+	}
+	return clean
 }
 
 // readPIN resolves pin-source. The PIN is never put in an error.
@@ -158,11 +179,13 @@ func escapeBytes(b []byte) string {
 	return sb.String()
 }
 
-// tokenKey identifies one logged-in token.
+// tokenKey identifies one token: the canonical module path and the label or
+// serial that selects it. The PIN source is not part of it: a token has one
+// context and one login, and every open's PIN is checked against it.
 type tokenKey struct {
-	module, label, serial, pinSource string
+	module, label, serial string
 }
 
 func (l location) tokenKey() tokenKey {
-	return tokenKey{module: filepath.Clean(l.module), label: l.token, serial: l.serial, pinSource: l.pinSource}
+	return tokenKey{module: l.modPath, label: l.token, serial: l.serial}
 }

@@ -5,11 +5,12 @@
 //
 //	pkcs11:token=keyward;object=ca-2026;id=%01?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-source=file:/etc/keyward/pin
 //
-// Each token gets one crypto11 context with a bounded session pool and a
-// non-zero wait for a free session. When the module reports that the device,
-// the session, the token or the key handle went away, the token is marked
-// down and re-opened — C_Initialize, C_Login and finding the key again —
-// without restarting the process.
+// Each token gets one crypto11 context per process, shared by every Provider,
+// with a bounded session pool and a non-zero wait for a free session; every
+// open checks its PIN against the one the token accepted. When the module
+// reports that the device, the session, the token or the key handle went
+// away, the token is marked down and re-opened — C_Initialize, C_Login and
+// finding the key again — without restarting the process.
 package pkcs11
 
 import (
@@ -17,6 +18,8 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,7 +38,8 @@ import (
 // Options configure a Provider. The zero value is usable.
 type Options struct {
 	// AllowedModules lists the PKCS#11 module paths URIs may name
-	// (default DefaultAllowedModules()).
+	// (default DefaultAllowedModules()). Paths are compared with symlinks
+	// resolved.
 	AllowedModules []string
 	// MaxSessions bounds the session pool of each token (default 16).
 	MaxSessions int
@@ -47,13 +51,24 @@ type Options struct {
 }
 
 // Provider opens keys on PKCS#11 tokens. It is safe for concurrent use.
+//
+// A module's initialisation and a token's login belong to the process, so
+// tokens are shared by all Providers of a process: the first Provider to open
+// a token sets its session pool and re-open interval, and the token is closed
+// when the last Provider holding it is closed.
 type Provider struct {
 	opts Options
 
 	mu     sync.Mutex
-	tokens map[tokenKey]*token
+	tokens map[tokenKey]*held
 
-	reopens atomic.Uint64
+	closed atomic.Bool // read by Signers without mu
+}
+
+// held is a token a Provider holds a reference on.
+type held struct {
+	tok  *token
+	base uint64 // the token's re-opens when the Provider took it
 }
 
 var _ backends.KeyCreator = (*Provider)(nil)
@@ -75,7 +90,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.ReopenInterval <= 0 {
 		opts.ReopenInterval = 500 * time.Millisecond
 	}
-	return &Provider{opts: opts, tokens: map[tokenKey]*token{}}, nil
+	return &Provider{opts: opts, tokens: map[tokenKey]*held{}}, nil
 }
 
 func (*Provider) Scheme() string { return Scheme }
@@ -92,37 +107,71 @@ func (*Provider) Algorithms() []backends.Algorithm {
 	return out
 }
 
-// Reopens is how many times a token that went down has been re-opened —
-// the module initialised again and logged into — since New. Signers find
-// their key again on the re-opened token before they next sign.
-func (p *Provider) Reopens() uint64 { return p.reopens.Load() }
+// Reopens is how many times the tokens this Provider holds have been
+// re-opened — the module initialised again and logged into — since it took
+// them. Signers find their key again on the re-opened token before they next
+// sign.
+func (p *Provider) Reopens() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for _, h := range p.tokens {
+		n += h.tok.reopens.Load() - h.base
+	}
+	return n
+}
 
-// Close logs out of and closes every token.
+// Close releases every token; a token no other Provider holds is logged out
+// of and closed. Signers of a closed Provider refuse to sign, permanently.
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed.Store(true)
 	var errs []error
-	for k, t := range p.tokens {
-		errs = append(errs, t.close())
+	for k, h := range p.tokens {
+		errs = append(errs, modules.release(h.tok))
 		delete(p.tokens, k)
 	}
 	return errors.Join(errs...)
 }
 
-// tokenFor returns the shared token for loc, opening it on first use.
+func errProviderClosed(op, uri string) error {
+	return backends.Errorf(backends.ErrPermanent, op, uri, "", "the pkcs11 provider was closed")
+}
+
+// tokenFor returns the token for loc, opening it on first use, after
+// checking the PIN from loc's pin-source against the token's: on every open,
+// not only the first.
 func (p *Provider) tokenFor(op string, loc location) (*token, error) {
+	pin, err := loc.readPIN()
+	if err != nil {
+		return nil, backends.Wrap(backends.ErrPermanent, op, loc.String(), "pin-source", err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := loc.tokenKey()
-	if t, ok := p.tokens[k]; ok {
-		return t, nil
+	if p.closed.Load() {
+		return nil, errProviderClosed(op, loc.String())
 	}
-	t := &token{loc: loc, opts: p.opts, reopens: &p.reopens}
-	if err := t.open(op); err != nil {
+	k := loc.tokenKey()
+	if h, ok := p.tokens[k]; ok {
+		if !h.tok.pinMatches(pin) {
+			return nil, errPINIncorrect(op, loc)
+		}
+		return h.tok, nil
+	}
+	t, err := modules.acquire(op, loc, pin, p.opts)
+	if err != nil {
 		return nil, err
 	}
-	p.tokens[k] = t
+	p.tokens[k] = &held{tok: t, base: t.reopens.Load()}
 	return t, nil
+}
+
+// errPINIncorrect is the error for a PIN the token refused, or that differs
+// from the PIN the token was opened with. It never carries the PIN.
+func errPINIncorrect(op string, loc location) error {
+	return backends.Wrap(backends.ErrPermanent, op, loc.String(), "pin-source",
+		fmt.Errorf("PIN incorrect: the token refused the PIN from this pin-source: %w", p11.Error(p11.CKR_PIN_INCORRECT)))
 }
 
 // Open finds the private key the URI names and loads its public key.
@@ -138,14 +187,14 @@ func (p *Provider) Open(ctx context.Context, req backends.OpenRequest) (backends
 	if err != nil {
 		return nil, err
 	}
-	key, gen, err := t.find(loc)
+	key, gen, err := t.find("open", loc)
 	if err != nil {
 		return nil, err
 	}
-	return newSigner(t, loc, key, gen)
+	return newSigner(p, t, loc, key, gen)
 }
 
-func newSigner(t *token, loc location, key crypto11.Signer, gen uint64) (*Signer, error) {
+func newSigner(p *Provider, t *token, loc location, key crypto11.Signer, gen uint64) (*Signer, error) {
 	alg := loc.alg
 	if alg == "" {
 		var err error
@@ -161,12 +210,16 @@ func newSigner(t *token, loc location, key crypto11.Signer, gen uint64) (*Signer
 	if err != nil {
 		return nil, backends.Wrap(backends.ErrUnsupportedAlgorithm, "open", loc.String(), "algorithm", err)
 	}
-	return &Signer{KeyInfo: info, tok: t, loc: loc, key: key, gen: gen}, nil
+	return &Signer{KeyInfo: info, prov: p, tok: t, loc: loc, key: key, gen: gen}, nil
 }
 
-// CreateKey generates a key pair on the token: non-extractable, sensitive,
-// private, with the URI's object label and id (a random 16-byte id if the
-// URI gives none). An existing key with that label or id is an error.
+// CreateKey generates a sign-only key pair on the token: non-extractable,
+// sensitive, private, with the URI's object label and id (a random 16-byte id
+// if the URI gives none). An existing key with that label or id is an error,
+// and so is an algorithm= attribute other than the requested algorithm; both
+// are checked before anything is generated. Creates on one token are
+// serialised within the process, so two creates of one label cannot both
+// succeed.
 func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest) (backends.Signer, error) {
 	loc, err := parseLocation("create-key", req.URI, p.opts.AllowedModules)
 	if err != nil {
@@ -175,6 +228,10 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	if !slices.Contains(p.Algorithms(), req.Algorithm) {
 		return nil, backends.Errorf(backends.ErrUnsupportedAlgorithm, "create-key", loc.String(), "algorithm",
 			"%q is not supported by the pkcs11 backend (supported: %v)", req.Algorithm, p.Algorithms())
+	}
+	if loc.alg != "" && loc.alg != req.Algorithm {
+		return nil, backends.Errorf(backends.ErrInvalidURI, "create-key", loc.String(), "algorithm",
+			"the URI says algorithm=%s but a %s key was asked for", loc.alg, req.Algorithm)
 	}
 	if loc.object == "" {
 		return nil, backends.Errorf(backends.ErrInvalidURI, "create-key", loc.String(), "object", "a new key needs a label (object=)")
@@ -199,7 +256,7 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	if err != nil {
 		return nil, err
 	}
-	return newSigner(t, loc, key, gen)
+	return newSigner(p, t, loc, key, gen)
 }
 
 // defaultFor is the algorithm a key of alg's shape gets without an
@@ -217,8 +274,9 @@ func defaultFor(alg backends.Algorithm) (backends.Algorithm, error) {
 // Signer is a private key on a PKCS#11 token.
 type Signer struct {
 	backends.KeyInfo
-	tok *token
-	loc location
+	prov *Provider
+	tok  *token
+	loc  location
 
 	mu  sync.Mutex
 	key crypto11.Signer
@@ -234,7 +292,8 @@ func (s *Signer) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byt
 // call itself cannot be interrupted, and the wait for a session is bounded by
 // Options.PoolWaitTimeout. If the token has gone away it is re-opened and the
 // signature attempted once more before a transient error is returned. A
-// digest of the wrong length is refused, permanently, before any call.
+// digest of the wrong length is refused, permanently, before any call, and so
+// is every signature after the Provider was closed.
 func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if err := s.Algorithm().CheckOpts(opts); err != nil {
 		return nil, backends.Wrap(backends.ErrUnsupportedAlgorithm, "sign", s.URI(), "", err)
@@ -251,15 +310,18 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 		if err != nil {
 			return nil, err
 		}
-		sig, err := s.tok.sign(key, gen, digest, opts)
+		sig, epoch, err := s.tok.sign(key, gen, digest, opts)
 		if err == nil {
 			return sig, nil
+		}
+		if errors.Is(err, errTokenClosed) {
+			return nil, errProviderClosed("sign", s.URI())
 		}
 		lastErr = err
 		if !needsReopen(err) {
 			return nil, backends.Wrap(classify(err), "sign", s.URI(), "", err)
 		}
-		s.tok.markDown(gen)
+		s.tok.failed(gen, epoch, err)
 	}
 	return nil, backends.Wrap(backends.ErrTransient, "sign", s.URI(), "token", lastErr)
 }
@@ -267,13 +329,19 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 // current returns the key handle for the token's current generation,
 // re-opening the token and finding the key again if needed.
 func (s *Signer) current() (crypto11.Signer, uint64, error) {
+	if s.prov.closed.Load() {
+		return nil, 0, errProviderClosed("sign", s.URI())
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.key != nil && s.tok.live(s.gen) {
 		return s.key, s.gen, nil
 	}
-	key, gen, err := s.tok.find(s.loc)
+	key, gen, err := s.tok.find("sign", s.loc)
 	if err != nil {
+		if errors.Is(err, errTokenClosed) {
+			return nil, 0, errProviderClosed("sign", s.URI())
+		}
 		// The key was there when we opened it: while the token recovers,
 		// "not found" is transient.
 		if errors.Is(err, backends.ErrNotFound) {
@@ -297,11 +365,162 @@ func (s *Signer) Close() error {
 	return nil
 }
 
+// modules holds every module and token open in the process.
+var modules = &moduleSet{byPath: map[string]*module{}}
+
+// moduleSet is the process's open modules. Lock order: moduleSet.mu, then
+// module.mu, then token.mu, then module.tmu.
+type moduleSet struct {
+	mu     sync.Mutex // held while a token is first opened or released
+	byPath map[string]*module
+}
+
+// module is one PKCS#11 module, by canonical path, and its open tokens.
+type module struct {
+	path string
+
+	// mu is held for reading by every use of a context of this module
+	// (including re-opening one token) and for writing while every context
+	// is closed because the module was finalised under them.
+	mu    sync.RWMutex
+	epoch uint64 // re-initialisations; guarded by mu
+
+	tmu    sync.Mutex
+	tokens map[tokenKey]*token // guarded by tmu
+}
+
+// acquire returns the process's token for loc with one more reference,
+// opening it if needed. A token already open must have been opened with pin;
+// a token that fails to open is not kept, so a wrong first PIN leaves nothing
+// behind.
+func (ms *moduleSet) acquire(op string, loc location, pin string, opts Options) (*token, error) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	m := ms.byPath[loc.modPath]
+	if m == nil {
+		m = &module{path: loc.modPath, tokens: map[tokenKey]*token{}}
+		ms.byPath[loc.modPath] = m
+	}
+	k := loc.tokenKey()
+	m.tmu.Lock()
+	t := m.tokens[k]
+	m.tmu.Unlock()
+	if t != nil {
+		if !t.pinMatches(pin) {
+			return nil, errPINIncorrect(op, loc)
+		}
+		t.refs++
+		return t, nil
+	}
+	t = &token{mod: m, key: k, loc: loc, pin: pin, opts: opts, refs: 1}
+	same, err := t.firstOpen(op)
+	if err != nil {
+		return nil, err
+	}
+	if same != nil {
+		// The token was open already under another name (label and
+		// serial): its PIN is the one to match.
+		if !same.pinMatches(pin) {
+			return nil, errPINIncorrect(op, loc)
+		}
+		same.refs++
+		m.tmu.Lock()
+		m.tokens[k] = same
+		m.tmu.Unlock()
+		return same, nil
+	}
+	return t, nil
+}
+
+// release drops one reference on t and closes it with the last.
+func (ms *moduleSet) release(t *token) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if t.refs--; t.refs > 0 {
+		return nil
+	}
+	t.mod.tmu.Lock()
+	for k, o := range t.mod.tokens {
+		if o == t {
+			delete(t.mod.tokens, k)
+		}
+	}
+	t.mod.tmu.Unlock()
+	t.mod.mu.RLock()
+	defer t.mod.mu.RUnlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	if t.ctx == nil {
+		return nil
+	}
+	err := t.ctx.Close()
+	t.ctx = nil
+	return err
+}
+
+// reinit closes every context on the module, after a call found it
+// finalised (CKR_CRYPTOKI_NOT_INITIALIZED) — by C_Finalize under another
+// handle, or a module that lost its state. crypto11 finalises and unloads a
+// module with its last context and initialises it with its next first one,
+// so closing them all is what makes the next open initialise it again. If a
+// context outside keyward keeps crypto11's module handle alive, nothing
+// would, so with initialise set reinit calls C_Initialize itself. Tokens are
+// re-opened by their next user, at once. Only the first caller for an epoch
+// acts.
+func (m *module) reinit(epoch uint64, initialise bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.epoch != epoch {
+		return
+	}
+	m.epoch++
+	m.tmu.Lock()
+	toks := make([]*token, 0, len(m.tokens))
+	for _, t := range m.tokens {
+		toks = append(toks, t)
+	}
+	m.tmu.Unlock()
+	for _, t := range toks {
+		t.mu.Lock()
+		if t.ctx != nil {
+			_ = t.ctx.Close()
+			t.ctx = nil
+		}
+		t.down = true
+		t.lastAttempt = time.Time{}
+		t.mu.Unlock()
+	}
+	if initialise {
+		if h := p11.New(m.path); h != nil {
+			// CKR_CRYPTOKI_ALREADY_INITIALIZED is what we want; any
+			// other failure shows in the next open.
+			_ = h.Initialize()
+			// Unloads nothing: crypto11's handle holds the module.
+			h.Destroy()
+		}
+	}
+}
+
+// isFinalized reports whether the module was found not initialised.
+func isFinalized(err error) bool { return isCode(err, p11.CKR_CRYPTOKI_NOT_INITIALIZED) }
+
 // token is one logged-in PKCS#11 token, re-opened when it goes down.
 type token struct {
-	loc     location
-	opts    Options
-	reopens *atomic.Uint64 // the Provider's count of successful re-opens
+	mod  *module
+	key  tokenKey
+	loc  location // of the first open; its module path and token selector
+	pin  string   // the PIN the token accepted
+	opts Options  // of the Provider that opened it first
+	// ident is the token's serial and label as the module reports them;
+	// two selectors of one token share it. Set before the token is
+	// registered.
+	ident string
+
+	refs    int           // Providers holding the token; guarded by modules.mu
+	reopens atomic.Uint64 // successful re-opens
+
+	createMu sync.Mutex // serialises CreateKey on this token
 
 	// mu is held for reading by every operation on ctx and for writing
 	// while ctx is replaced, so no call runs on a context being closed.
@@ -309,44 +528,135 @@ type token struct {
 	ctx         *crypto11.Context
 	gen         uint64
 	down        bool
+	closed      bool
 	lastAttempt time.Time
 }
 
-func (t *token) open(op string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.openLocked(op)
+var errTokenClosed = errors.New("token closed")
+
+// pinMatches compares pin with the PIN the token accepted, in constant time
+// (of the PINs' hashes, so their lengths do not show either).
+func (t *token) pinMatches(pin string) bool {
+	a, b := sha256.Sum256([]byte(pin)), sha256.Sum256([]byte(t.pin))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
-func (t *token) openLocked(op string) error {
-	pin, err := t.loc.readPIN()
-	if err != nil {
-		return backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "pin-source", err)
+// firstOpen opens a new token and registers it with its module, unless the
+// module reports the same token open under another selector (token= and
+// serial=): then it closes its context again and returns that token, whose
+// login and PIN are the ones that count.
+func (t *token) firstOpen(op string) (same *token, err error) {
+	m := t.mod
+	for attempt := 0; ; attempt++ {
+		m.mu.RLock()
+		epoch := m.epoch
+		t.mu.Lock()
+		err := t.openLocked()
+		if err == nil {
+			same, err = t.register()
+		}
+		t.mu.Unlock()
+		m.mu.RUnlock()
+		if err == nil || !isFinalized(err) || attempt == 2 {
+			return same, t.openError(op, err)
+		}
+		m.reinit(epoch, attempt == 1)
 	}
+}
+
+// register (locks as for openLocked) learns which token the new context is
+// logged in to and adds t to its module, or returns the token already open
+// there. Unless t was added, its context is closed.
+func (t *token) register() (*token, error) {
+	m := t.mod
+	ident, err := m.identify(t.loc.token, t.loc.serial)
+	var same *token
+	if err == nil {
+		m.tmu.Lock()
+		for _, o := range m.tokens {
+			if o.ident == ident {
+				same = o
+				break
+			}
+		}
+		if same == nil {
+			t.ident = ident
+			m.tokens[t.key] = t
+		}
+		m.tmu.Unlock()
+		if same == nil {
+			return nil, nil
+		}
+	}
+	_ = t.ctx.Close()
+	t.ctx = nil
+	return same, err
+}
+
+// identify names the token that a context for label or serial logs in to,
+// by the serial and label the module reports, choosing the slot as crypto11
+// does (the first whose token has that serial or label). It runs while such
+// a context is open, so the module is initialised.
+func (m *module) identify(label, serial string) (string, error) {
+	h := p11.New(m.path)
+	if h == nil {
+		return "", fmt.Errorf("loading %s failed", m.path)
+	}
+	// Unloads nothing: crypto11's handle holds the module.
+	defer h.Destroy()
+	slots, err := h.GetSlotList(true)
+	if err != nil {
+		return "", fmt.Errorf("listing slots: %w", err)
+	}
+	for _, slot := range slots {
+		ti, err := h.GetTokenInfo(slot)
+		if err != nil {
+			return "", fmt.Errorf("reading token info: %w", err)
+		}
+		if (ti.SerialNumber != "" && ti.SerialNumber == serial) || (ti.Label != "" && ti.Label == label) {
+			return ti.SerialNumber + "\x00" + ti.Label, nil
+		}
+	}
+	return "", fmt.Errorf("the token left the slot list after logging in: %w", p11.Error(p11.CKR_TOKEN_NOT_PRESENT))
+}
+
+// openLocked (t.mu held for writing, mod.mu for reading) makes a new
+// context. Errors are crypto11's; openError classifies them.
+func (t *token) openLocked() error {
 	cfg := &crypto11.Config{
-		Path:            t.loc.module,
+		Path:            t.mod.path,
 		TokenLabel:      t.loc.token,
 		TokenSerial:     t.loc.serial,
-		Pin:             pin,
+		Pin:             t.pin,
 		MaxSessions:     t.opts.MaxSessions,
 		PoolWaitTimeout: t.opts.PoolWaitTimeout,
 	}
 	t.lastAttempt = time.Now()
 	c, err := crypto11.Configure(cfg)
 	if err != nil {
-		part := "token"
-		switch {
-		case isTokenNotFound(err):
-			return backends.Wrap(backends.ErrNotFound, op, t.loc.String(), part, err)
-		case isCode(err, p11.CKR_PIN_INCORRECT, p11.CKR_PIN_INVALID, p11.CKR_PIN_EXPIRED, p11.CKR_PIN_LOCKED):
-			return backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "pin-source", errors.New("the token refused the PIN"))
-		}
-		return backends.Wrap(classify(err), op, t.loc.String(), part, err)
+		return err
 	}
 	t.ctx = c
 	t.gen++
 	t.down = false
 	return nil
+}
+
+func (t *token) openError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case isTokenNotFound(err):
+		return backends.Wrap(backends.ErrNotFound, op, t.loc.String(), "token", err)
+	case isCode(err, p11.CKR_PIN_INCORRECT):
+		return errPINIncorrect(op, t.loc)
+	case isCode(err, p11.CKR_PIN_INVALID, p11.CKR_PIN_EXPIRED, p11.CKR_PIN_LOCKED):
+		var code p11.Error
+		errors.As(err, &code)
+		return backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "pin-source", fmt.Errorf("the token refused the PIN: %w", code))
+	}
+	return backends.Wrap(classify(err), op, t.loc.String(), "token", err)
 }
 
 // isTokenNotFound reports whether err is crypto11.Configure's "no token
@@ -373,9 +683,15 @@ func (t *token) name() string {
 	return "serial:" + t.loc.serial
 }
 
-// markDown records that generation gen failed. Only the first report for a
-// generation counts; the next user re-opens the token.
-func (t *token) markDown(gen uint64) {
+// failed records that a call on generation gen (module epoch epoch) failed
+// with err, for which needsReopen holds. A finalised module closes every
+// token on it; anything else marks this token down. Only the first report
+// for a generation counts; the next user re-opens the token.
+func (t *token) failed(gen, epoch uint64, err error) {
+	if isFinalized(err) {
+		t.mod.reinit(epoch, false)
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.gen == gen {
@@ -384,40 +700,64 @@ func (t *token) markDown(gen uint64) {
 }
 
 // ready returns the live context, re-opening the token if it is down and
-// ReopenInterval has passed since the last attempt.
-func (t *token) ready(op string) (*crypto11.Context, uint64, func(), error) {
-	t.mu.RLock()
-	if !t.down && t.ctx != nil {
-		return t.ctx, t.gen, t.mu.RUnlock, nil
-	}
-	t.mu.RUnlock()
+// ReopenInterval has passed since the last attempt. release ends the use of
+// the context.
+func (t *token) ready(op string) (c *crypto11.Context, gen, epoch uint64, release func(), err error) {
+	m := t.mod
+	for attempt := 0; attempt < 4; attempt++ {
+		m.mu.RLock()
+		t.mu.RLock()
+		if t.closed {
+			t.mu.RUnlock()
+			m.mu.RUnlock()
+			return nil, 0, 0, nil, backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "", errTokenClosed)
+		}
+		if !t.down && t.ctx != nil {
+			return t.ctx, t.gen, m.epoch, func() { t.mu.RUnlock(); m.mu.RUnlock() }, nil
+		}
+		t.mu.RUnlock()
 
-	t.mu.Lock()
-	if t.down || t.ctx == nil {
-		if wait := t.opts.ReopenInterval - time.Since(t.lastAttempt); wait > 0 {
+		t.mu.Lock()
+		var openErr error
+		switch {
+		case t.closed || (!t.down && t.ctx != nil):
+			// Closed or re-opened meanwhile: look again.
+		case t.opts.ReopenInterval-time.Since(t.lastAttempt) > 0:
+			wait := t.opts.ReopenInterval - time.Since(t.lastAttempt)
 			t.mu.Unlock()
-			return nil, 0, nil, backends.Errorf(backends.ErrTransient, op, t.loc.String(), "token", "token is down; next re-open attempt in %s", wait.Round(time.Millisecond))
-		}
-		if t.ctx != nil {
-			_ = t.ctx.Close()
-			t.ctx = nil
-		}
-		if err := t.openLocked(op); err != nil {
-			t.mu.Unlock()
-			if errors.Is(err, backends.ErrNotFound) {
-				// The token was there before: its absence now is an outage.
-				return nil, 0, nil, backends.Wrap(backends.ErrTransient, op, t.loc.String(), "token", errors.Unwrap(err))
+			m.mu.RUnlock()
+			return nil, 0, 0, nil, backends.Errorf(backends.ErrTransient, op, t.loc.String(), "token", "token is down; next re-open attempt in %s", wait.Round(time.Millisecond))
+		default:
+			if t.ctx != nil {
+				_ = t.ctx.Close()
+				t.ctx = nil
 			}
-			return nil, 0, nil, err
+			if openErr = t.openLocked(); openErr == nil {
+				t.reopens.Add(1)
+			}
 		}
-		t.reopens.Add(1)
+		epoch := m.epoch
+		t.mu.Unlock()
+		m.mu.RUnlock()
+		if openErr == nil {
+			continue
+		}
+		if isFinalized(openErr) && attempt < 2 {
+			m.reinit(epoch, attempt == 1)
+			continue
+		}
+		err := t.openError(op, openErr)
+		if errors.Is(err, backends.ErrNotFound) {
+			// The token was there before: its absence now is an outage.
+			return nil, 0, 0, nil, backends.Wrap(backends.ErrTransient, op, t.loc.String(), "token", errors.Unwrap(err))
+		}
+		return nil, 0, 0, nil, err
 	}
-	t.mu.Unlock()
-	return t.ready(op)
+	return nil, 0, 0, nil, backends.Errorf(backends.ErrTransient, op, t.loc.String(), "token", "token went down again while it was re-opened")
 }
 
-func (t *token) find(loc location) (crypto11.Signer, uint64, error) {
-	c, gen, release, err := t.ready("open")
+func (t *token) find(op string, loc location) (crypto11.Signer, uint64, error) {
+	c, gen, epoch, release, err := t.ready(op)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -429,81 +769,113 @@ func (t *token) find(loc location) (crypto11.Signer, uint64, error) {
 	release()
 	if err != nil {
 		if needsReopen(err) {
-			t.markDown(gen)
+			t.failed(gen, epoch, err)
 		}
-		return nil, 0, backends.Wrap(classify(err), "open", loc.String(), "object", err)
+		return nil, 0, backends.Wrap(classify(err), op, loc.String(), "object", err)
 	}
 	if len(keys) == 0 {
 		part := "object"
 		if loc.object == "" {
 			part = "id"
 		}
-		return nil, 0, backends.Errorf(backends.ErrNotFound, "open", loc.String(), part, "no private key with this label and id on the token")
+		return nil, 0, backends.Errorf(backends.ErrNotFound, op, loc.String(), part, "no private key with this label and id on the token")
 	}
 	if len(keys) > 1 {
-		return nil, 0, backends.Errorf(backends.ErrPermanent, "open", loc.String(), "object", "%d keys match: add id= to choose one", len(keys))
+		return nil, 0, backends.Errorf(backends.ErrPermanent, op, loc.String(), "object", "%d keys match: add id= to choose one", len(keys))
 	}
 	return keys[0], gen, nil
 }
 
+// signOnly are the attributes of a key pair keyward creates: it can sign and
+// verify, and do nothing else — no decryption, unwrapping, key derivation or
+// signature recovery with the private key, no encryption or wrapping with the
+// public one. A CA key that can decrypt is an oracle for whoever can call it.
+var (
+	signOnlyPrivate = map[crypto11.AttributeType]bool{
+		crypto11.CkaToken: true, crypto11.CkaPrivate: true, crypto11.CkaSensitive: true,
+		crypto11.CkaExtractable: false, crypto11.CkaSign: true,
+		crypto11.CkaDecrypt: false, crypto11.CkaUnwrap: false, crypto11.CkaDerive: false, crypto11.CkaSignRecover: false,
+	}
+	signOnlyPublic = map[crypto11.AttributeType]bool{
+		crypto11.CkaVerify:  true,
+		crypto11.CkaEncrypt: false, crypto11.CkaWrap: false, crypto11.CkaDerive: false, crypto11.CkaVerifyRecover: false,
+	}
+)
+
+// generate makes a key pair unless a key with loc's label or id exists.
+// The check and the generation run under the token's create lock.
 func (t *token) generate(loc location, alg backends.Algorithm) (crypto11.Signer, uint64, error) {
-	c, gen, release, err := t.ready("create-key")
+	t.createMu.Lock()
+	defer t.createMu.Unlock()
+	c, gen, epoch, release, err := t.ready("create-key")
 	if err != nil {
 		return nil, 0, err
 	}
-	defer release()
-	if existing, err := c.FindKeyPairs(loc.id, nil); err == nil && len(existing) > 0 {
-		return nil, 0, backends.Errorf(backends.ErrPermanent, "create-key", loc.String(), "id", "a key with this id already exists")
-	}
-	if existing, err := c.FindKeyPairs(nil, []byte(loc.object)); err == nil && len(existing) > 0 {
-		return nil, 0, backends.Errorf(backends.ErrPermanent, "create-key", loc.String(), "object", "a key with this label already exists")
-	}
-	pub, err := crypto11.NewAttributeSetWithIDAndLabel(loc.id, []byte(loc.object))
+	key, err := generateOn(c, loc, alg)
+	release()
 	if err != nil {
-		return nil, 0, backends.Wrap(backends.ErrInvalidURI, "create-key", loc.String(), "id", err)
-	}
-	priv := pub.Copy()
-	for attr, v := range map[crypto11.AttributeType]bool{
-		crypto11.CkaToken: true, crypto11.CkaPrivate: true, crypto11.CkaSensitive: true,
-		crypto11.CkaExtractable: false, crypto11.CkaSign: true,
-	} {
-		if err := priv.Set(attr, v); err != nil {
-			return nil, 0, err
+		if needsReopen(err) {
+			t.failed(gen, epoch, err)
 		}
-	}
-	var key crypto11.Signer
-	switch alg.Kind() {
-	case backends.KindECDSA:
-		key, err = c.GenerateECDSAKeyPairWithAttributes(pub, priv, alg.Curve())
-	case backends.KindRSA:
-		key, err = c.GenerateRSAKeyPairWithAttributes(pub, priv, alg.RSABits())
-	}
-	if err != nil {
 		return nil, 0, backends.Wrap(classify(err), "create-key", loc.String(), "", err)
 	}
 	return key, gen, nil
 }
 
-// sign runs one signature on generation gen's context.
-func (t *token) sign(key crypto11.Signer, gen uint64, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if t.gen != gen || t.down {
-		// The token was re-opened or went down since key was found.
-		return nil, p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
+func generateOn(c *crypto11.Context, loc location, alg backends.Algorithm) (crypto11.Signer, error) {
+	for _, q := range []struct {
+		part      string
+		id, label []byte
+	}{{"id", loc.id, nil}, {"object", nil, []byte(loc.object)}} {
+		existing, err := c.FindKeyPairs(q.id, q.label)
+		if err != nil {
+			return nil, err
+		}
+		if len(existing) > 0 {
+			return nil, backends.Errorf(backends.ErrPermanent, "create-key", loc.String(), q.part, "a key with this %s already exists", q.part)
+		}
 	}
-	return key.Sign(rand.Reader, digest, opts)
+	pub, err := crypto11.NewAttributeSetWithIDAndLabel(loc.id, []byte(loc.object))
+	if err != nil {
+		return nil, backends.Wrap(backends.ErrInvalidURI, "create-key", loc.String(), "id", err)
+	}
+	priv := pub.Copy()
+	for _, x := range []struct {
+		set   crypto11.AttributeSet
+		attrs map[crypto11.AttributeType]bool
+	}{{priv, signOnlyPrivate}, {pub, signOnlyPublic}} {
+		for attr, v := range x.attrs {
+			if err := x.set.Set(attr, v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	switch alg.Kind() {
+	case backends.KindECDSA:
+		return c.GenerateECDSAKeyPairWithAttributes(pub, priv, alg.Curve())
+	case backends.KindRSA:
+		return c.GenerateRSAKeyPairWithAttributes(pub, priv, alg.RSABits())
+	}
+	return nil, fmt.Errorf("no key generation for %s", alg)
 }
 
-func (t *token) close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.ctx == nil {
-		return nil
+// sign runs one signature on generation gen's context and reports the
+// module epoch it ran in.
+func (t *token) sign(key crypto11.Signer, gen uint64, digest []byte, opts crypto.SignerOpts) ([]byte, uint64, error) {
+	t.mod.mu.RLock()
+	defer t.mod.mu.RUnlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	epoch := t.mod.epoch
+	if t.closed {
+		return nil, epoch, errTokenClosed
 	}
-	err := t.ctx.Close()
-	t.ctx = nil
-	return err
+	if t.gen != gen || t.down || t.ctx == nil {
+		// The token was re-opened or went down since key was found.
+		return nil, epoch, p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
+	}
+	sig, err := key.Sign(rand.Reader, digest, opts)
+	return sig, epoch, err
 }
 
 // needsReopen reports errors after which the token must be re-initialised

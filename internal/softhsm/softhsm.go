@@ -68,6 +68,12 @@ func NewEnv(dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The path with symlinks resolved, as keyward's pkcs11 backend loads it:
+	// crypto11 keeps one module handle per path string, so a test that uses
+	// crypto11 directly must spell the module as keyward does.
+	if real, err := filepath.EvalSymlinks(module); err == nil {
+		module = real
+	}
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.MkdirAll(tokens, 0o700); err != nil {
 		return nil, fmt.Errorf("creating SoftHSM token dir: %w", err)
