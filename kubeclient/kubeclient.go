@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -23,7 +24,10 @@ import (
 )
 
 // Config builds a rest.Config from kubeconfig (empty: in-cluster) with the
-// given QPS and burst and keyward's user agent. Each distinct warning from the apiserver (e.g. that v1beta1 is deprecated) is
+// given QPS and burst and keyward's user agent. It speaks protobuf (JSON
+// accepted), which only built-in types support: a client for custom
+// resources must use a copy with ContentType "application/json". Each
+// distinct warning from the apiserver (e.g. that v1beta1 is deprecated) is
 // logged once per Config, not once per request.
 func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	var cfg *rest.Config
@@ -41,6 +45,8 @@ func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "keyward"
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cfg.WarningHandler = nil
 	cfg.WarningHandlerWithContext = &onceWarnings{seen: map[string]bool{}}
 	return cfg, nil

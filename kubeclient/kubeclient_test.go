@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -128,5 +129,35 @@ func TestConfigLogsEachWarningOnce(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), deprecated); n != 1 {
 		t.Fatalf("the warning was logged %d times after 100 requests, want once:\n%s", n, logged.String())
+	}
+}
+
+// Built-in types travel as protobuf; a server that answers JSON is still
+// understood.
+func TestConfigSpeaksProtobuf(t *testing.T) {
+	var accept, contentType string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept, contentType = r.Header.Get("Accept"), r.Header.Get("Content-Type")
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(&certv1.PodCertificateRequest{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}})
+	}))
+	defer srv.Close()
+	cfg, err := Config(kubeconfigFor(t, srv.URL), 1000, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kubernetes.NewForConfigOrDie(cfg).CertificatesV1().PodCertificateRequests("ns").UpdateStatus(context.Background(),
+		&certv1.PodCertificateRequest{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("a JSON answer is not understood: %v", err)
+	}
+	if got.Name != "p" {
+		t.Fatalf("decoded %+v", got)
+	}
+	if !strings.HasPrefix(accept, "application/vnd.kubernetes.protobuf") || !strings.Contains(accept, "application/json") {
+		t.Fatalf("Accept %q, want protobuf first and JSON accepted", accept)
+	}
+	if contentType != "application/vnd.kubernetes.protobuf" {
+		t.Fatalf("request body sent as %q, want protobuf", contentType)
 	}
 }
