@@ -15,6 +15,7 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +25,7 @@ import (
 	informerscertv1beta1 "k8s.io/client-go/informers/certificates/v1beta1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // API versions of PodCertificateRequest the controller speaks.
@@ -256,8 +258,21 @@ func (v1beta1API) version() string { return V1beta1 }
 func (a v1beta1API) newInformer(signerName string) cache.SharedIndexInformer {
 	inf := informerscertv1beta1.NewFilteredPodCertificateRequestInformer(a.client, metav1.NamespaceAll, 0,
 		cache.Indexers{}, signerSelector(signerName))
-	utilruntime.Must(inf.SetTransform(a.transform)) // fails only once started
+	// Both fail only once the informer has started.
+	utilruntime.Must(inf.SetTransform(a.transform))
+	utilruntime.Must(inf.SetWatchErrorHandlerWithContext(v1beta1WatchError))
 	return inf
+}
+
+// v1beta1WatchError says what to do when the apiserver stops serving
+// v1beta1 under a running signer (the version is chosen at start), and
+// leaves every other error to client-go's handler.
+func v1beta1WatchError(ctx context.Context, r *cache.Reflector, err error) {
+	if apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "certificates.k8s.io/v1beta1 no longer serves PodCertificateRequests; restart keyward to read them through v1")
+		return
+	}
+	cache.DefaultWatchErrorHandler(ctx, r, err)
 }
 
 // transform is v1API.transform for v1beta1.

@@ -1,6 +1,8 @@
 package pcr
 
 import (
+	"bytes"
+	"context"
 	"crypto"
 	"crypto/ecdh"
 	"crypto/ecdsa"
@@ -10,12 +12,22 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/keyward/keyward/internal/testkeys"
 	"github.com/keyward/keyward/signer/profile"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
 
 const popPodUID = "7b1e0c6a-3f0e-4f52-9d7e-2f6a1c9b8e11"
@@ -178,4 +190,42 @@ func TestV1beta1ProofOfPossession(t *testing.T) {
 			t.Fatalf("keyErr %v, want a %s denial", r.keyErr, ReasonUnsupportedKeyType)
 		}
 	})
+}
+
+// A signer reading through v1beta1 whose apiserver stops serving it says
+// what to do, at the default verbosity.
+func TestV1beta1NoLongerServedSaysRestart(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL})
+	inf := v1beta1API{client}.newInformer("keyward.dev/unit")
+	var logged syncBuffer
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(),
+		textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logged)))))
+	defer cancel()
+	go inf.RunWithContext(ctx)
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(logged.String(), "restart keyward to read them through v1"), nil
+	})
+	if err != nil {
+		t.Fatalf("no advice to restart logged: %v\n%s", err, logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
