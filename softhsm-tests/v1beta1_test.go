@@ -2,18 +2,13 @@ package softhsmtests
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/internal/testkeys"
 	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/config"
@@ -76,7 +71,9 @@ func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 				if p.Spec.PKIXPublicKey, err = x509.MarshalPKIXPublicKey(key.Public()); err != nil {
 					t.Fatal(err)
 				}
-				p.Spec.ProofOfPossession = proveAsOldKubelet(t, key, string(p.Spec.PodUID))
+				if p.Spec.ProofOfPossession, err = testkeys.ProofOfPossession(key, string(p.Spec.PodUID)); err != nil {
+					t.Fatal(err)
+				}
 			} else {
 				p.Spec.StubPKCS10Request = v1.Spec.StubPKCS10Request
 			}
@@ -114,30 +111,6 @@ func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 	if n := strings.Count(string(log), "is deprecated"); n > 1 {
 		t.Errorf("the deprecation warning was logged %d times, want at most once", n)
 	}
-}
-
-// proveAsOldKubelet makes the proofOfPossession kubelets before 1.37 send
-// with pkixPublicKey: Ed25519 over the pod UID's bytes, ECDSA (ASN.1) and
-// RSA-PSS over their SHA-256 digest.
-func proveAsOldKubelet(t *testing.T, key crypto.Signer, podUID string) []byte {
-	t.Helper()
-	digest := sha256.Sum256([]byte(podUID))
-	var sig []byte
-	var err error
-	switch k := key.(type) {
-	case ed25519.PrivateKey:
-		sig = ed25519.Sign(k, []byte(podUID))
-	case *ecdsa.PrivateKey:
-		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
-	case *rsa.PrivateKey:
-		sig, err = rsa.SignPSS(rand.Reader, k, crypto.SHA256, digest[:], nil)
-	default:
-		t.Fatalf("no proof scheme for %T", key)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sig
 }
 
 // The version keyward reads through is what kubeclient's discovery picks

@@ -50,24 +50,10 @@ func v1beta1PKIX(t *testing.T, pub crypto.PublicKey, proof []byte) *certv1beta1.
 	}
 }
 
-// kubeletProof signs podUID the way kubelets before 1.37 do for
-// pkixPublicKey requests (and kube-apiserver verifies): Ed25519 over the
-// bytes, ECDSA (ASN.1) and RSA-PSS over their SHA-256 digest.
+// kubeletProof signs podUID as kubelets before 1.37 do.
 func kubeletProof(t *testing.T, key crypto.Signer, podUID string) []byte {
 	t.Helper()
-	digest := sha256.Sum256([]byte(podUID))
-	var sig []byte
-	var err error
-	switch k := key.(type) {
-	case ed25519.PrivateKey:
-		sig = ed25519.Sign(k, []byte(podUID))
-	case *ecdsa.PrivateKey:
-		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
-	case *rsa.PrivateKey:
-		sig, err = rsa.SignPSS(rand.Reader, k, crypto.SHA256, digest[:], nil)
-	default:
-		t.Fatalf("no proof scheme for %T", key)
-	}
+	sig, err := testkeys.ProofOfPossession(key, podUID)
 	if err != nil {
 		t.Fatal(err)
 	}
