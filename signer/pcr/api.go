@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/signer/profile"
-
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -166,7 +165,8 @@ func verifyProofOfPossession(pub crypto.PublicKey, podUID string, proof []byte) 
 	case *rsa.PublicKey:
 		ok, scheme = rsa.VerifyPSS(k, crypto.SHA256, digest[:], proof, nil) == nil, "an RSASSA-PSS (SHA-256) signature of the SHA-256 digest of spec.podUID"
 	default:
-		return &profile.Denial{Reason: ReasonUnsupportedKeyType, Message: fmt.Sprintf(
+		// kube-apiserver's reason; controller.go's check() uses it too.
+		return &profile.Denial{Reason: "UnsupportedKeyType", Message: fmt.Sprintf(
 			"spec.pkixPublicKey holds a %s key, which has no proof-of-possession scheme; use Ed25519, ECDSA or RSA", keyType(pub))}
 	}
 	if !ok {
@@ -175,10 +175,6 @@ func verifyProofOfPossession(pub crypto.PublicKey, podUID string, proof []byte) 
 	}
 	return nil
 }
-
-// ReasonUnsupportedKeyType is kube-apiserver's reason for a key type a
-// signer does not issue for.
-const ReasonUnsupportedKeyType = "UnsupportedKeyType"
 
 type v1API struct{ client kubernetes.Interface }
 

@@ -14,8 +14,8 @@ import (
 //     with its decoded form, so it is parsed once per version of the object
 //     however often the controller looks at it;
 //   - a terminal request is reduced to a stub: name, namespace, uid,
-//     resourceVersion, creationTimestamp, spec.signerName and the terminal
-//     condition without its message.
+//     resourceVersion, creation and deletion times, spec.signerName and the
+//     terminal condition without its message.
 //
 // A status write of a trimmed object's DeepCopy is complete: on
 // /status kube-apiserver takes spec, labels, annotations, owner references
