@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -23,7 +24,11 @@ import (
 )
 
 // Config builds a rest.Config from kubeconfig (empty: in-cluster) with the
-// given QPS and burst and keyward's user agent.
+// given QPS and burst and keyward's user agent. It speaks protobuf (JSON
+// accepted), which only built-in types support: a client for custom
+// resources must use a copy with ContentType "application/json". Each
+// distinct warning from the apiserver (e.g. that v1beta1 is deprecated) is
+// logged once per Config, not once per request.
 func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -40,19 +45,57 @@ func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "keyward"
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cfg.WarningHandler = nil
+	cfg.WarningHandlerWithContext = &onceWarnings{seen: map[string]bool{}}
 	return cfg, nil
+}
+
+// maxWarnings bounds how many distinct warnings onceWarnings remembers;
+// beyond it, new ones are logged only at verbosity 4.
+const maxWarnings = 64
+
+// onceWarnings logs each distinct apiserver warning once. client-go's
+// default logs every occurrence: reading through a deprecated version, that
+// is one line per request.
+type onceWarnings struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (w *onceWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, text string) {
+	if code != 299 || text == "" {
+		return
+	}
+	w.mu.Lock()
+	first, full := !w.seen[text], len(w.seen) >= maxWarnings
+	if first && !full {
+		w.seen[text] = true
+	}
+	w.mu.Unlock()
+	switch {
+	case first && !full:
+		klog.FromContext(ctx).Info("Warning from kube-apiserver (logged once)", "warning", text)
+	case first:
+		klog.FromContext(ctx).V(4).Info("Warning from kube-apiserver", "warning", text)
+	}
 }
 
 // ErrNoPodCertificates means the cluster serves PodCertificateRequests in no
 // version keyward speaks.
 var ErrNoPodCertificates = errors.New("cluster serves no PodCertificateRequest API (certificates.k8s.io v1 or v1beta1)")
 
-// PodCertificateVersion returns "v1" if certificates.k8s.io/v1 serves
-// podcertificaterequests, else "v1beta1" if that does. A group version the
-// server does not serve (404) is skipped; any other discovery error is
-// returned, so that a flaky apiserver never silently selects v1beta1.
+// PodCertificateVersion returns the certificates.k8s.io version to read
+// PodCertificateRequests through: "v1beta1" whenever it serves them, because
+// only v1beta1 shows both key forms (stubPKCS10Request, and the
+// pkixPublicKey + proofOfPossession that kubelets before 1.37 create while
+// an upgrade keeps v1beta1 served); else "v1". A group version the server
+// does not serve (404) is skipped; any other discovery error is returned,
+// so that a flaky apiserver never silently selects a version that hides
+// requests.
 func PodCertificateVersion(d discovery.DiscoveryInterface) (string, error) {
-	for _, v := range []string{"v1", "v1beta1"} {
+	for _, v := range []string{"v1beta1", "v1"} {
 		gv := "certificates.k8s.io/" + v
 		list, err := d.ServerResourcesForGroupVersion(gv)
 		if apierrors.IsNotFound(err) {

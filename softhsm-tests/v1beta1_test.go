@@ -2,13 +2,14 @@ package softhsmtests
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/internal/testkeys"
+	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/config"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
@@ -16,21 +17,41 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// On clusters that serve PodCertificateRequests only in v1beta1 (1.35,
-// 1.36), keyward reads both key forms: stubPKCS10Request, and the older
-// pkixPublicKey + proofOfPossession.
+// During an upgrade to 1.37 an admin may keep certificates.k8s.io/v1beta1
+// served, and kubelets older than 1.37 create PodCertificateRequests through
+// it with pkixPublicKey + proofOfPossession, a form v1 does not show.
+// keyward, discovering versions on its own (none forced), reads through
+// v1beta1 while it is served and issues for both key forms; the apiserver's
+// deprecation warning, returned on every v1beta1 request, is logged at most
+// once.
 func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 	ctx := testContext(t)
+	for _, v := range []string{"v1", "v1beta1"} {
+		if _, err := cp.AdminClient().Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/" + v); err != nil {
+			t.Fatalf("the test needs certificates.k8s.io/%s served: %v", v, err)
+		}
+	}
 	suffix := uniqueName(t, "b")
 	name := "keyward.dev/beta-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	runSignerVersion(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0", "v1beta1")
+	cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+	s := runSigner(t, cfg, "replica-0") // discovery, not a forced version
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	node := nodeClient(t, w.Node.Name)
 
-	for _, form := range []string{"stubPKCS10Request", "pkixPublicKey+proofOfPossession"} {
-		t.Run(form, func(t *testing.T) {
-			key, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+	cases := []struct {
+		name    string
+		keyType string
+		pkix    bool
+	}{
+		{name: "stubPKCS10Request", keyType: nodehelper.KeyTypeECDSAP256},
+		{name: "pkixPublicKey with an ECDSA proof", keyType: nodehelper.KeyTypeECDSAP256, pkix: true},
+		{name: "pkixPublicKey with an Ed25519 proof", keyType: nodehelper.KeyTypeED25519, pkix: true},
+		{name: "pkixPublicKey with an RSA-PSS proof", keyType: nodehelper.KeyTypeRSA3072, pkix: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key, err := nodehelper.GenerateKey(c.keyType)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,15 +67,15 @@ func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 					NodeName: v1.Spec.NodeName, NodeUID: v1.Spec.NodeUID,
 				},
 			}
-			if form == "stubPKCS10Request" {
-				p.Spec.StubPKCS10Request = v1.Spec.StubPKCS10Request
-			} else {
-				p.Spec.PKIXPublicKey, _ = x509.MarshalPKIXPublicKey(key.Public())
-				digest := sha256.Sum256([]byte(p.Spec.PodUID))
-				p.Spec.ProofOfPossession, err = ecdsa.SignASN1(rand.Reader, key.(*ecdsa.PrivateKey), digest[:])
-				if err != nil {
+			if c.pkix {
+				if p.Spec.PKIXPublicKey, err = x509.MarshalPKIXPublicKey(key.Public()); err != nil {
 					t.Fatal(err)
 				}
+				if p.Spec.ProofOfPossession, err = testkeys.ProofOfPossession(key, string(p.Spec.PodUID)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				p.Spec.StubPKCS10Request = v1.Spec.StubPKCS10Request
 			}
 			created, err := node.CertificatesV1beta1().PodCertificateRequests(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 			if err != nil {
@@ -77,5 +98,29 @@ func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 				t.Fatal("leaf is not for the requested key")
 			}
 		})
+	}
+
+	s.Stop()
+	log, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `version="certificates.k8s.io/v1beta1"`) {
+		t.Errorf("the signer did not say it reads through v1beta1:\n%s", log)
+	}
+	if n := strings.Count(string(log), "is deprecated"); n > 1 {
+		t.Errorf("the deprecation warning was logged %d times, want at most once", n)
+	}
+}
+
+// The version keyward reads through is what kubeclient's discovery picks
+// on this control plane: v1beta1, served next to v1.
+func TestV1beta1DiscoveryPicksV1beta1WhenServed(t *testing.T) {
+	v, err := kubeclient.PodCertificateVersion(cp.AdminClient().Discovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != "v1beta1" {
+		t.Fatalf("discovery picked %s, want v1beta1 (it alone shows pkixPublicKey requests)", v)
 	}
 }

@@ -3,20 +3,28 @@ package pcr
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"time"
 
+	"github.com/keyward/keyward/signer/profile"
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	informerscertv1 "k8s.io/client-go/informers/certificates/v1"
 	informerscertv1beta1 "k8s.io/client-go/informers/certificates/v1beta1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // API versions of PodCertificateRequest the controller speaks.
@@ -28,7 +36,7 @@ const (
 // request is a PodCertificateRequest of either API version, reduced to
 // what the controller needs.
 type request struct {
-	obj       runtime.Object // the cached object, never mutated
+	obj       runtime.Object // the cached (trimmed) object, never mutated
 	namespace string
 	name      string
 	uid       types.UID
@@ -43,8 +51,12 @@ type request struct {
 	nodeUID              string
 	maxExpirationSeconds *int32
 	annotations          map[string]string
-	// publicKey is the subject key, from stubPKCS10Request or (v1beta1)
-	// pkixPublicKey. kube-apiserver has verified possession either way.
+	// publicKey is the subject key, from stubPKCS10Request (kube-apiserver
+	// has verified its signature) or (v1beta1) pkixPublicKey, whose
+	// proofOfPossession keyward verifies as the apiserver does. keyErr says
+	// why there is none: a *profile.Denial when the request is to be
+	// denied with its Reason (InvalidProofOfPossession, UnsupportedKeyType).
+	// Neither is set for a terminal request.
 	publicKey crypto.PublicKey
 	keyErr    error
 
@@ -87,14 +99,21 @@ func signerSelector(signerName string) func(*metav1.ListOptions) {
 	}
 }
 
+// isTerminal reports whether conds hold a terminal condition (Issued,
+// Denied or Failed with status True).
 func isTerminal(conds []metav1.Condition) bool {
 	for _, c := range conds {
-		switch c.Type {
-		case certv1.PodCertificateRequestConditionTypeIssued, certv1.PodCertificateRequestConditionTypeDenied, certv1.PodCertificateRequestConditionTypeFailed:
-			if c.Status == metav1.ConditionTrue {
-				return true
-			}
+		if isTerminalCondition(c) {
+			return true
 		}
+	}
+	return false
+}
+
+func isTerminalCondition(c metav1.Condition) bool {
+	switch c.Type {
+	case certv1.PodCertificateRequestConditionTypeIssued, certv1.PodCertificateRequestConditionTypeDenied, certv1.PodCertificateRequestConditionTypeFailed:
+		return c.Status == metav1.ConditionTrue
 	}
 	return false
 }
@@ -110,20 +129,95 @@ func parseStub(stub []byte) (crypto.PublicKey, error) {
 	return csr.PublicKey, nil
 }
 
+// ReasonInvalidProofOfPossession denies a v1beta1 request whose
+// proofOfPossession does not verify against its pkixPublicKey.
+const ReasonInvalidProofOfPossession = "InvalidProofOfPossession"
+
+// parsePKIX parses a v1beta1 pkixPublicKey and verifies its proof of
+// possession over podUID. A proof that does not verify, or a key type that
+// has no proof scheme, is a *profile.Denial.
+func parsePKIX(der []byte, podUID string, proof []byte) (crypto.PublicKey, error) {
+	pub, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("parsing pkixPublicKey: %w", err)
+	}
+	if err := verifyProofOfPossession(pub, podUID, proof); err != nil {
+		return nil, err
+	}
+	return pub, nil
+}
+
+// verifyProofOfPossession checks proof exactly as kube-apiserver's v1beta1
+// validation does (pkg/apis/certificates/validation,
+// validateDeprecatedPKIXPublicKey, v1.37.1): an Ed25519 key signs the bytes
+// of the pod UID; an ECDSA key signs their SHA-256 digest (ASN.1 DER
+// signature); an RSA key signs their SHA-256 digest with RSASSA-PSS (salt
+// length detected on verification).
+func verifyProofOfPossession(pub crypto.PublicKey, podUID string, proof []byte) error {
+	var ok bool
+	var scheme string
+	digest := sha256.Sum256([]byte(podUID))
+	switch k := pub.(type) {
+	case ed25519.PublicKey:
+		ok, scheme = ed25519.Verify(k, []byte(podUID), proof), "an Ed25519 signature of spec.podUID"
+	case *ecdsa.PublicKey:
+		ok, scheme = ecdsa.VerifyASN1(k, digest[:], proof), "an ECDSA signature (ASN.1) of the SHA-256 digest of spec.podUID"
+	case *rsa.PublicKey:
+		ok, scheme = rsa.VerifyPSS(k, crypto.SHA256, digest[:], proof, nil) == nil, "an RSASSA-PSS (SHA-256) signature of the SHA-256 digest of spec.podUID"
+	default:
+		// kube-apiserver's reason; controller.go's check() uses it too.
+		return &profile.Denial{Reason: "UnsupportedKeyType", Message: fmt.Sprintf(
+			"spec.pkixPublicKey holds a %s key, which has no proof-of-possession scheme; use Ed25519, ECDSA or RSA", keyType(pub))}
+	}
+	if !ok {
+		return &profile.Denial{Reason: ReasonInvalidProofOfPossession, Message: fmt.Sprintf(
+			"spec.proofOfPossession (%d bytes) is not %s %q by the %s key in spec.pkixPublicKey", len(proof), scheme, podUID, keyType(pub))}
+	}
+	return nil
+}
+
 type v1API struct{ client kubernetes.Interface }
 
 func (v1API) version() string { return V1 }
 
+// newInformer watches signerName's requests and keeps them trimmed and
+// decoded (see cache.go).
 func (a v1API) newInformer(signerName string) cache.SharedIndexInformer {
-	return informerscertv1.NewFilteredPodCertificateRequestInformer(a.client, metav1.NamespaceAll, 0,
+	inf := informerscertv1.NewFilteredPodCertificateRequestInformer(a.client, metav1.NamespaceAll, 0,
 		cache.Indexers{}, signerSelector(signerName))
+	utilruntime.Must(inf.SetTransform(a.transform)) // fails only once started
+	return inf
+}
+
+// transform trims a request for the informer's store: a terminal request to
+// a stub, a pending one to what the controller reads, decoded once.
+func (v1API) transform(obj any) (any, error) {
+	p, ok := obj.(*certv1.PodCertificateRequest)
+	if !ok {
+		return obj, nil // already transformed, or a tombstone
+	}
+	if isTerminal(p.Status.Conditions) {
+		return &certv1.PodCertificateRequest{
+			ObjectMeta: trimMeta(p.ObjectMeta),
+			Spec:       certv1.PodCertificateRequestSpec{SignerName: p.Spec.SignerName},
+			Status:     certv1.PodCertificateRequestStatus{Conditions: terminalCondition(p.Status.Conditions)},
+		}, nil
+	}
+	p.ObjectMeta = trimMeta(p.ObjectMeta)
+	return newDecoded(decodeV1(p)), nil
 }
 
 func (v1API) toRequest(obj any) (*request, error) {
-	p, ok := obj.(*certv1.PodCertificateRequest)
-	if !ok {
-		return nil, fmt.Errorf("expected *v1.PodCertificateRequest, got %T", obj)
+	switch p := obj.(type) {
+	case *decoded:
+		return p.request(), nil
+	case *certv1.PodCertificateRequest:
+		return decodeV1(p), nil
 	}
+	return nil, fmt.Errorf("expected *v1.PodCertificateRequest, got %T", obj)
+}
+
+func decodeV1(p *certv1.PodCertificateRequest) *request {
 	r := &request{
 		obj: p, namespace: p.Namespace, name: p.Name, uid: p.UID, created: p.CreationTimestamp.Time,
 		signerName: p.Spec.SignerName, podName: p.Spec.PodName, podUID: string(p.Spec.PodUID),
@@ -132,8 +226,10 @@ func (v1API) toRequest(obj any) (*request, error) {
 		maxExpirationSeconds: p.Spec.MaxExpirationSeconds, annotations: p.Spec.UnverifiedUserAnnotations,
 		terminal: isTerminal(p.Status.Conditions),
 	}
-	r.publicKey, r.keyErr = parseStub(p.Spec.StubPKCS10Request)
-	return r, nil
+	if !r.terminal {
+		r.publicKey, r.keyErr = parseStub(p.Spec.StubPKCS10Request)
+	}
+	return r
 }
 
 func (a v1API) writeStatus(ctx context.Context, r *request, st status) error {
@@ -146,20 +242,63 @@ func (a v1API) writeStatus(ctx context.Context, r *request, st status) error {
 	return err
 }
 
+// v1beta1API reads requests through certificates.k8s.io/v1beta1, which shows
+// both key forms: stubPKCS10Request and the older pkixPublicKey +
+// proofOfPossession that kubelets before 1.37 create.
 type v1beta1API struct{ client kubernetes.Interface }
 
 func (v1beta1API) version() string { return V1beta1 }
 
+// newInformer watches signerName's requests and keeps them trimmed and
+// decoded (see cache.go).
 func (a v1beta1API) newInformer(signerName string) cache.SharedIndexInformer {
-	return informerscertv1beta1.NewFilteredPodCertificateRequestInformer(a.client, metav1.NamespaceAll, 0,
+	inf := informerscertv1beta1.NewFilteredPodCertificateRequestInformer(a.client, metav1.NamespaceAll, 0,
 		cache.Indexers{}, signerSelector(signerName))
+	// Both fail only once the informer has started.
+	utilruntime.Must(inf.SetTransform(a.transform))
+	utilruntime.Must(inf.SetWatchErrorHandlerWithContext(v1beta1WatchError))
+	return inf
+}
+
+// v1beta1WatchError says what to do when the apiserver stops serving
+// v1beta1 under a running signer (the version is chosen at start), and
+// leaves every other error to client-go's handler.
+func v1beta1WatchError(ctx context.Context, r *cache.Reflector, err error) {
+	if apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "certificates.k8s.io/v1beta1 no longer serves PodCertificateRequests; restart keyward to read them through v1")
+		return
+	}
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+}
+
+// transform is v1API.transform for v1beta1.
+func (v1beta1API) transform(obj any) (any, error) {
+	p, ok := obj.(*certv1beta1.PodCertificateRequest)
+	if !ok {
+		return obj, nil
+	}
+	if isTerminal(p.Status.Conditions) {
+		return &certv1beta1.PodCertificateRequest{
+			ObjectMeta: trimMeta(p.ObjectMeta),
+			Spec:       certv1beta1.PodCertificateRequestSpec{SignerName: p.Spec.SignerName},
+			Status:     certv1beta1.PodCertificateRequestStatus{Conditions: terminalCondition(p.Status.Conditions)},
+		}, nil
+	}
+	p.ObjectMeta = trimMeta(p.ObjectMeta)
+	return newDecoded(decodeV1beta1(p)), nil
 }
 
 func (v1beta1API) toRequest(obj any) (*request, error) {
-	p, ok := obj.(*certv1beta1.PodCertificateRequest)
-	if !ok {
-		return nil, fmt.Errorf("expected *v1beta1.PodCertificateRequest, got %T", obj)
+	switch p := obj.(type) {
+	case *decoded:
+		return p.request(), nil
+	case *certv1beta1.PodCertificateRequest:
+		return decodeV1beta1(p), nil
 	}
+	return nil, fmt.Errorf("expected *v1beta1.PodCertificateRequest, got %T", obj)
+}
+
+func decodeV1beta1(p *certv1beta1.PodCertificateRequest) *request {
 	r := &request{
 		obj: p, namespace: p.Namespace, name: p.Name, uid: p.UID, created: p.CreationTimestamp.Time,
 		signerName: p.Spec.SignerName, podName: p.Spec.PodName, podUID: string(p.Spec.PodUID),
@@ -169,14 +308,15 @@ func (v1beta1API) toRequest(obj any) (*request, error) {
 		terminal: isTerminal(p.Status.Conditions),
 	}
 	switch {
+	case r.terminal:
 	case len(p.Spec.StubPKCS10Request) > 0:
 		r.publicKey, r.keyErr = parseStub(p.Spec.StubPKCS10Request)
 	case len(p.Spec.PKIXPublicKey) > 0:
-		r.publicKey, r.keyErr = x509.ParsePKIXPublicKey(p.Spec.PKIXPublicKey)
+		r.publicKey, r.keyErr = parsePKIX(p.Spec.PKIXPublicKey, string(p.Spec.PodUID), p.Spec.ProofOfPossession)
 	default:
 		r.keyErr = fmt.Errorf("neither stubPKCS10Request nor pkixPublicKey is set")
 	}
-	return r, nil
+	return r
 }
 
 func (a v1beta1API) writeStatus(ctx context.Context, r *request, st status) error {
