@@ -19,6 +19,7 @@ import (
 	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -99,7 +100,11 @@ func baseConfig(t testing.TB, signers ...config.Signer) *config.SignerConfigurat
 // stop is called) and waits until it is ready.
 func runSigner(t testing.TB, cfg *config.SignerConfiguration, identity string) *runningSigner {
 	t.Helper()
-	return runSignerVersion(t, cfg, identity, "")
+	// v1, as in a cluster that does not serve the deprecated v1beta1 (the
+	// test control plane serves both, and discovery would choose v1beta1,
+	// which shows both key forms). The v1beta1 tests and the process-based
+	// replicas use discovery.
+	return runSignerVersion(t, cfg, identity, pcr.V1)
 }
 
 // runningSigner is a signer started by runSigner.

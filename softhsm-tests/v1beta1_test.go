@@ -35,7 +35,7 @@ func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 	name := "keyward.dev/beta-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
 	cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
-	s := runSigner(t, cfg, "replica-0") // discovery, not a forced version
+	s := runSignerVersion(t, cfg, "replica-0", "") // discovery, not a forced version
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	node := nodeClient(t, w.Node.Name)
 

@@ -166,7 +166,7 @@ func verifyProofOfPossession(pub crypto.PublicKey, podUID string, proof []byte) 
 		ok, scheme = rsa.VerifyPSS(k, crypto.SHA256, digest[:], proof, nil) == nil, "an RSASSA-PSS (SHA-256) signature of the SHA-256 digest of spec.podUID"
 	default:
 		// kube-apiserver's reason; controller.go's check() uses it too.
-		return &profile.Denial{Reason: "UnsupportedKeyType", Message: fmt.Sprintf(
+		return &profile.Denial{Reason: ReasonUnsupportedKeyType, Message: fmt.Sprintf(
 			"spec.pkixPublicKey holds a %s key, which has no proof-of-possession scheme; use Ed25519, ECDSA or RSA", keyType(pub))}
 	}
 	if !ok {

@@ -172,7 +172,7 @@ func TestV1beta1ProofOfPossession(t *testing.T) {
 		}
 		r := decodeV1beta1(v1beta1PKIX(t, k.PublicKey(), []byte("proof")))
 		var d *profile.Denial
-		if !errors.As(r.keyErr, &d) || d.Reason != "UnsupportedKeyType" {
+		if !errors.As(r.keyErr, &d) || d.Reason != ReasonUnsupportedKeyType {
 			t.Fatalf("keyErr %v, want an UnsupportedKeyType denial", r.keyErr)
 		}
 	})

@@ -502,6 +502,10 @@ func (c *Controller) afterWrite(ctx context.Context, s *signerState, r *request,
 // check applies the policy that needs no signing: key, annotations.
 func (c *Controller) check(s *signerState, r *request) *profile.Denial {
 	if r.keyErr != nil {
+		var d *profile.Denial
+		if errors.As(r.keyErr, &d) {
+			return d
+		}
 		return &profile.Denial{Reason: ReasonInvalidRequest, Message: r.keyErr.Error()}
 	}
 	kt := keyType(r.publicKey)
