@@ -41,14 +41,31 @@ func (r *Registry) Schemes() []string {
 // Provider returns the provider for uri's scheme.
 func (r *Registry) Provider(uri string) (Provider, error) {
 	scheme, _, ok := strings.Cut(uri, ":")
-	if !ok || scheme == "" {
+	if !ok || !validScheme(scheme) {
 		return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no scheme (want one of %v, e.g. file:/path/key.pem)", r.Schemes())
 	}
 	p, ok := r.providers[scheme]
 	if !ok {
+		if _, lower := r.providers[strings.ToLower(scheme)]; lower {
+			return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no backend for scheme %q: schemes are lower case, %q", scheme, strings.ToLower(scheme))
+		}
 		return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no backend for scheme %q (have %v)", scheme, r.Schemes())
 	}
 	return p, nil
+}
+
+// validScheme reports whether s is an RFC 3986 scheme: a letter, then
+// letters, digits, '+', '-' or '.'. Anything else before the first ':' is
+// not shown as a scheme, since it may be part of a secret.
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Open opens the key at req.URI.
