@@ -28,7 +28,10 @@
 // CreateCryptoKeyVersion is retried only on RESOURCE_EXHAUSTED, so that a
 // version is never created twice. NOT_FOUND is backends.ErrNotFound;
 // PERMISSION_DENIED, FAILED_PRECONDITION (a disabled or destroyed version) and
-// INVALID_ARGUMENT are backends.ErrPermanent.
+// INVALID_ARGUMENT are backends.ErrPermanent, except that an AsymmetricSign
+// refused with INVALID_ARGUMENT because the digest or data the service
+// received did not match its CRC32C is retried, as the API asks, up to three
+// calls in all (ErrPermanent if the refusals persist).
 package gcpkms
 
 import (

@@ -15,6 +15,7 @@ import (
 	"github.com/keyward/keyward/backends/gcpkms"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const ring = "projects/keyward-test/locations/europe-west1/keyRings/ca"
@@ -117,6 +118,7 @@ func TestSignFailures(t *testing.T) {
 		{name: "a wrong signature once, then a good one", fault: gcpkmsfake.Fault{WrongSignature: true}, times: 1, wantCalls: 2},
 		{name: "an unconfirmed digest CRC32C once, then a good signature", fault: gcpkmsfake.Fault{UnverifiedChecksum: true}, times: 1, wantCalls: 2},
 		{name: "an answer naming another key version once, then a good one", fault: gcpkmsfake.Fault{WrongName: true}, times: 1, wantCalls: 2},
+		{name: "a request refused twice for its CRC32C, then a signature", fault: gcpkmsfake.Fault{RefuseChecksum: true}, times: 2, wantCalls: 3},
 
 		{name: "persistent RESOURCE_EXHAUSTED is transient after MaxAttempts", fault: gcpkmsfake.Fault{Code: codes.ResourceExhausted}, times: gcpkmsfake.Always, want: backends.ErrTransient, wantCalls: attempts},
 		{name: "persistent UNAVAILABLE is transient after MaxAttempts", fault: gcpkmsfake.Fault{Code: codes.Unavailable}, times: gcpkmsfake.Always, want: backends.ErrTransient, wantCalls: attempts},
@@ -158,6 +160,45 @@ func TestSignFailures(t *testing.T) {
 					t.Errorf("SignContext returned a signature with error %v", err)
 				}
 				checkError(t, err, tt.want, tt.wantPart)
+			})
+		}
+	}
+}
+
+// Cloud KMS refuses a request whose digest or data does not match its
+// CRC32C with INVALID_ARGUMENT, and asks for a limited number of retries:
+// three calls at most, however many attempts the policy allows, then the
+// refusal is permanent. Any other INVALID_ARGUMENT is not retried.
+func TestSignRetriesARefusedChecksumABoundedNumberOfTimes(t *testing.T) {
+	const attempts = 6 // more than the checksum bound, which must win
+	srv := startFake(t, gcpkmsfake.Options{})
+	p := newProvider(t, srv, gcpkms.Options{Retry: fastRetry(attempts)})
+	for _, alg := range []backends.Algorithm{backends.ECDSAP256SHA256, backends.Ed25519} {
+		s := openKey(t, srv, p, alg)
+		for _, tt := range []struct {
+			name      string
+			fault     gcpkmsfake.Fault
+			wantCalls int
+		}{
+			{name: "a persistently refused checksum is permanent after three calls", fault: gcpkmsfake.Fault{RefuseChecksum: true}, wantCalls: 3},
+			{name: "another INVALID_ARGUMENT is permanent after one call", fault: gcpkmsfake.Fault{Code: codes.InvalidArgument}, wantCalls: 1},
+		} {
+			t.Run(string(alg)+"/"+tt.name, func(t *testing.T) {
+				srv.ClearFaults()
+				defer srv.ClearFaults()
+				srv.Inject(gcpkmsfake.AsymmetricSign, tt.fault, gcpkmsfake.Always)
+				before := srv.Calls(gcpkmsfake.AsymmetricSign)
+				sig, err := s.SignContext(context.Background(), digest(alg, tt.name), alg.SignerOpts())
+				if calls := srv.Calls(gcpkmsfake.AsymmetricSign) - before; calls != tt.wantCalls {
+					t.Errorf("AsymmetricSign called %d times, want %d", calls, tt.wantCalls)
+				}
+				if sig != nil {
+					t.Errorf("SignContext returned a signature with error %v", err)
+				}
+				checkError(t, err, backends.ErrPermanent, "")
+				if code := status.Code(err); code != codes.InvalidArgument {
+					t.Errorf("status code %v, want %v: %v", code, codes.InvalidArgument, err)
+				}
 			})
 		}
 	}
