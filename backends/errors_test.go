@@ -30,3 +30,19 @@ func TestErrorRedactsWhatItShows(t *testing.T) {
 		})
 	}
 }
+
+// A Signer's URI, which logs quote, carries no secret even if a backend
+// built it from one.
+func TestKeyInfoURIIsRedacted(t *testing.T) {
+	key, err := GenerateKey(ECDSAP256SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := NewKeyInfo(key.Public(), ECDSAP256SHA256, "", "pkcs11:token=a;object=ca?module-path=/m.so&pin-source=314159")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(info.URI(), "314159") {
+		t.Errorf("URI() = %q shows the PIN", info.URI())
+	}
+}
