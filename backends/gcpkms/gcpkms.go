@@ -48,6 +48,7 @@ import (
 	kms "cloud.google.com/go/kms/apiv1"
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/crc32c"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -186,8 +187,8 @@ func (p *Provider) open(ctx context.Context, op, name string) (*Signer, error) {
 		if resp.GetName() != name {
 			return invalid(c, "GetPublicKey", "it is the key of %q", resp.GetName())
 		}
-		if resp.GetPemCrc32C() == nil || resp.GetPemCrc32C().GetValue() != crc32c([]byte(resp.GetPem())) {
-			return invalid(c, "GetPublicKey", "PEM CRC32C %v does not match %d", resp.GetPemCrc32C().GetValue(), crc32c([]byte(resp.GetPem())))
+		if resp.GetPemCrc32C() == nil || resp.GetPemCrc32C().GetValue() != crc32c.Checksum([]byte(resp.GetPem())) {
+			return invalid(c, "GetPublicKey", "PEM CRC32C %v does not match %d", resp.GetPemCrc32C().GetValue(), crc32c.Checksum([]byte(resp.GetPem())))
 		}
 		pk = resp
 		return false, nil

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"strings"
 	"time"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/googleapis/gax-go/v2"
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/crc32c"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -135,7 +135,7 @@ func (p *Provider) checksumRefused(ctx, actx context.Context, c call, method str
 
 // requestChecksumsMatch checks the CRC32C fields of req against its data.
 func requestChecksumsMatch(req *kmspb.AsymmetricSignRequest) bool {
-	if c := req.GetDataCrc32C(); c != nil && c.GetValue() != crc32c(req.GetData()) {
+	if c := req.GetDataCrc32C(); c != nil && c.GetValue() != crc32c.Checksum(req.GetData()) {
 		return false
 	}
 	if c := req.GetDigestCrc32C(); c != nil {
@@ -149,7 +149,7 @@ func requestChecksumsMatch(req *kmspb.AsymmetricSignRequest) bool {
 		default:
 			b = d.GetSha512()
 		}
-		return c.GetValue() == crc32c(b)
+		return c.GetValue() == crc32c.Checksum(b)
 	}
 	return true
 }
@@ -158,12 +158,6 @@ func requestChecksumsMatch(req *kmspb.AsymmetricSignRequest) bool {
 // transient and retried, since the next answer may be sound.
 func invalid(c call, method, format string, args ...any) (retry bool, _ error) {
 	return true, backends.Errorf(backends.ErrTransient, c.op, c.uri, "", "checking %s response: %s", method, fmt.Sprintf(format, args...))
-}
-
-// crc32c is the CRC32C (Castagnoli) checksum Cloud KMS uses, as its API
-// carries it.
-func crc32c(b []byte) int64 {
-	return int64(crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 }
 
 // deadlineSlack is how close to its deadline an attempt that failed with

@@ -22,13 +22,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/keyward/keyward/internal/crc32c"
 	"github.com/keyward/keyward/internal/faults"
 	"github.com/keyward/keyward/internal/testkeys"
 	"google.golang.org/api/option"
@@ -303,7 +303,7 @@ func (s *Server) GetPublicKey(ctx context.Context, req *kmspb.GetPublicKeyReques
 		return nil, status.Errorf(codes.Internal, "gcpkmsfake: encoding public key: %v", err)
 	}
 	p := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	sum := crc32c([]byte(p))
+	sum := crc32c.Checksum([]byte(p))
 	if f.CorruptChecksum {
 		sum++
 	}
@@ -366,7 +366,7 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 		}
 		msg = req.GetData()
 		if c := req.GetDataCrc32C(); c != nil {
-			if f.RefuseChecksum || c.GetValue() != crc32c(msg) {
+			if f.RefuseChecksum || c.GetValue() != crc32c.Checksum(msg) {
 				return nil, status.Error(codes.InvalidArgument, ChecksumMismatchMessage("data"))
 			}
 			resp.VerifiedDataCrc32C = true
@@ -387,7 +387,7 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 			return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %s needs a %v digest of %d bytes", v.pb.GetAlgorithm(), sp.hash, sp.hash.Size())
 		}
 		if c := req.GetDigestCrc32C(); c != nil {
-			if f.RefuseChecksum || c.GetValue() != crc32c(msg) {
+			if f.RefuseChecksum || c.GetValue() != crc32c.Checksum(msg) {
 				return nil, status.Error(codes.InvalidArgument, ChecksumMismatchMessage("digest"))
 			}
 			resp.VerifiedDigestCrc32C = true
@@ -405,7 +405,7 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 		return nil, status.Errorf(codes.Internal, "gcpkmsfake: signing: %v", err)
 	}
 	resp.Signature = sig
-	sum := crc32c(sig)
+	sum := crc32c.Checksum(sig)
 	if f.CorruptChecksum {
 		sum++
 	}
@@ -572,5 +572,3 @@ func validName(name string, n int) bool {
 
 // otherVersion is the name of a different version of the same key.
 func otherVersion(name string) string { return name + "0" }
-
-func crc32c(b []byte) int64 { return int64(crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))) }
