@@ -39,17 +39,20 @@ func (r *Registry) Schemes() []string {
 }
 
 // Provider returns the provider for uri's scheme.
-func (r *Registry) Provider(uri string) (Provider, error) {
+func (r *Registry) Provider(uri string) (Provider, error) { return r.provider("open", uri) }
+
+// provider returns the provider for uri's scheme; errors name op.
+func (r *Registry) provider(op, uri string) (Provider, error) {
 	scheme, _, ok := strings.Cut(uri, ":")
 	if !ok || !validScheme(scheme) {
-		return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no scheme (want one of %v, e.g. file:/path/key.pem)", r.Schemes())
+		return nil, Errorf(ErrInvalidURI, op, uri, "scheme", "no scheme (want one of %v, e.g. file:/path/key.pem)", r.Schemes())
 	}
 	p, ok := r.providers[scheme]
 	if !ok {
 		if _, lower := r.providers[strings.ToLower(scheme)]; lower {
-			return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no backend for scheme %q: schemes are lower case, %q", scheme, strings.ToLower(scheme))
+			return nil, Errorf(ErrInvalidURI, op, uri, "scheme", "no backend for scheme %q: schemes are lower case, %q", scheme, strings.ToLower(scheme))
 		}
-		return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no backend for scheme %q (have %v)", scheme, r.Schemes())
+		return nil, Errorf(ErrInvalidURI, op, uri, "scheme", "no backend for scheme %q (have %v)", scheme, r.Schemes())
 	}
 	return p, nil
 }
@@ -79,7 +82,7 @@ func (r *Registry) Open(ctx context.Context, req OpenRequest) (Signer, error) {
 
 // CreateKey creates a key with the provider for req.URI's scheme, if it can.
 func (r *Registry) CreateKey(ctx context.Context, req CreateKeyRequest) (Signer, error) {
-	p, err := r.Provider(req.URI)
+	p, err := r.provider("create-key", req.URI)
 	if err != nil {
 		return nil, err
 	}

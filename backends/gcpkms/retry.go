@@ -104,11 +104,11 @@ func (p *Provider) failed(ctx, actx context.Context, c call, method string, err 
 // persists points at the client's checksum, not at the network.
 const checksumAttempts = 3
 
-// checksumRefused reports whether err is Cloud KMS refusing a request
+// isChecksumRefusal reports whether err is Cloud KMS refusing a request
 // because a field did not match its CRC32C: INVALID_ARGUMENT with a
 // message such as "The checksum in field digest_crc32c did not match the
 // data in field digest." Any other INVALID_ARGUMENT is permanent.
-func checksumRefused(err error) bool {
+func isChecksumRefusal(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.InvalidArgument {
 		return false
@@ -117,12 +117,12 @@ func checksumRefused(err error) bool {
 	return strings.Contains(msg, "checksum") && strings.Contains(msg, "crc32c")
 }
 
-// checksumRefused classifies the refused-checksum error of AsymmetricSign
+// checksumRefusal classifies the refused-checksum error of AsymmetricSign
 // request req, the nth such refusal: retried, as the API asks, when the
 // request's CRC32C is right (so the data was corrupted on the way) and fewer
 // than checksumAttempts calls were refused; permanent once it persists or
 // when the request's own checksum is wrong.
-func (p *Provider) checksumRefused(ctx, actx context.Context, c call, method string, err error, req *kmspb.AsymmetricSignRequest, n int) (retry bool, _ error) {
+func (p *Provider) checksumRefusal(ctx, actx context.Context, c call, method string, err error, req *kmspb.AsymmetricSignRequest, n int) (retry bool, _ error) {
 	if cerr := ctx.Err(); cerr != nil {
 		return p.failed(ctx, actx, c, method, err)
 	}

@@ -55,9 +55,9 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 	refused := 0 // calls refused for a request checksum mismatch
 	err = s.p.retry(ctx, c, s.p.opts.Retry.MaxAttempts, func(actx context.Context) (bool, error) {
 		resp, err := client.AsymmetricSign(actx, req, noClientRetry())
-		if checksumRefused(err) {
+		if isChecksumRefusal(err) {
 			refused++
-			return s.p.checksumRefused(ctx, actx, c, method, err, req, refused)
+			return s.p.checksumRefusal(ctx, actx, c, method, err, req, refused)
 		}
 		if err != nil {
 			return s.p.failed(ctx, actx, c, method, err)
