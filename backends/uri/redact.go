@@ -92,13 +92,14 @@ func redactUserinfo(s string) string {
 // redactBareUserinfo replaces user:password before an '@' where no
 // "scheme://" precedes it: a gRPC target (user:pw@host:443) quoted by a
 // dial error. What stands before the '@' back to white space, a quote, '/',
-// ';', '?', '&' or '=' is replaced when it holds a ':' (a user name alone,
-// as in an e-mail address or a label, is kept).
+// ';', '?', '&' or '=' is replaced when it holds a ':' and a host:port
+// follows the '@' (a user name alone, as in an e-mail address, and a label
+// such as team:ca@prod are kept).
 func redactBareUserinfo(s string) string {
 	var b strings.Builder
 	copied := 0
 	for k := 0; k < len(s); k++ {
-		if s[k] != '@' {
+		if s[k] != '@' || !hostPortAt(s, k+1) {
 			continue
 		}
 		j := k
@@ -116,6 +117,18 @@ func redactBareUserinfo(s string) string {
 	}
 	b.WriteString(s[copied:])
 	return b.String()
+}
+
+// hostPortAt reports whether s[i:] starts with host:port.
+func hostPortAt(s string, i int) bool {
+	j := i
+	for j < len(s) && (isNameChar(s[j]) || s[j] == '[' || s[j] == ']') {
+		j++
+	}
+	if j == i || j >= len(s) || s[j] != ':' {
+		return false
+	}
+	return j+1 < len(s) && s[j+1] >= '0' && s[j+1] <= '9'
 }
 
 // redactValues replaces the values of secret name=value pairs.

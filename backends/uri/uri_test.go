@@ -27,7 +27,7 @@ func TestRedactHidesSecretValuesAndKeepsTheRest(t *testing.T) {
 		{"URL password with an unescaped '/'", "https://user:p/w@host/", "https://REDACTED@host/"},
 		{"URL userinfo already redacted", "https://REDACTED@host", "https://REDACTED@host"},
 		{"a gRPC target with user and password", `dial tcp: address AK:pw@127.0.0.1:1: too many colons`, `dial tcp: address REDACTED@127.0.0.1:1: too many colons`},
-		{"an e-mail address or a label with '@' is kept", "mail ca@example.com; pkcs11:token=ops@corp;object=ca", "mail ca@example.com; pkcs11:token=ops@corp;object=ca"},
+		{"an e-mail address or a label with '@' is kept", "mail ca@example.com; pkcs11:token=ops@corp;object=team:ca@prod; file:/k/a:b@c.pem", "mail ca@example.com; pkcs11:token=ops@corp;object=team:ca@prod; file:/k/a:b@c.pem"},
 		{"a placeholder pin-source in a help text is kept", "want pkcs11:token=…?pin-source=…", "want pkcs11:token=…?pin-source=…"},
 		{"endpoint with userinfo in a key URI", "awskms:key-id=k;region=eu-west-1?endpoint=https://ak:sk@h:1", "awskms:key-id=k;region=eu-west-1?endpoint=https://REDACTED@h:1"},
 		{"percent-encoded endpoint with userinfo", "awskms:key-id=k?endpoint=https%3A%2F%2Fak%3Ask%40h", "awskms:key-id=k?endpoint=https://REDACTED@h"},
