@@ -2,10 +2,16 @@ package app
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/keyward/keyward/backends"
+	"k8s.io/klog/v2"
 )
 
 // Secrets the URIs and configurations below carry.
@@ -78,5 +84,49 @@ func checkNoSecret(t *testing.T, what, shown string) {
 		if strings.Contains(shown, s) {
 			t.Errorf("%s shows %q:\n%s", what, s, shown)
 		}
+	}
+}
+
+// `keyward signer` whose CA key URI holds a PIN or a credential, with a
+// mistake, fails to open the key without showing the secret in its error
+// or its log.
+func TestSignerRunShowsNoSecrets(t *testing.T) {
+	var log bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&log)
+	defer func() {
+		klog.Flush()
+		klog.SetOutput(io.Discard)
+		klog.LogToStderr(true)
+	}()
+	for _, keyURI := range []string{
+		"pkcs11:token=keyward;object=ca;PIN-VALUE=314159?module-path=/tmp/evil.so",
+		"PKCS11:token=keyward;object=ca?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-value=314159",
+		"awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1",
+	} {
+		t.Run(keyURI[:6], func(t *testing.T) {
+			cfg := fmt.Sprintf(`apiVersion: keyward.dev/v1alpha1
+kind: SignerConfiguration
+metricsAddress: 127.0.0.1:0
+healthAddress: 127.0.0.1:0
+signers:
+- name: keyward.dev/pod-identity
+  profile: podIdentity
+  ca:
+    certificateFile: /nonexistent/ca.crt
+    keyURI: %q
+`, keyURI)
+			file := filepath.Join(t.TempDir(), "signer.yaml")
+			if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runKeyward(t, "signer", "--config", file, "-v=6")
+			var be *backends.Error
+			if !errors.As(err, &be) || be.Op != "open" {
+				t.Fatalf("got %v, want the backend's error opening the key\n%s", err, out)
+			}
+			klog.Flush()
+			checkNoSecret(t, "signer", out+"\n"+err.Error()+"\n"+log.String())
+		})
 	}
 }
