@@ -13,6 +13,8 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/keyward/keyward/backends/uri"
 )
 
 // Signer is an open CA key. Public, Algorithm, SignatureAlgorithm, KeyVersion,
@@ -80,8 +82,10 @@ type KeyInfo struct {
 	uri         string
 }
 
-// NewKeyInfo checks pub against alg and computes the fingerprint.
-func NewKeyInfo(pub crypto.PublicKey, alg Algorithm, version, uri string) (KeyInfo, error) {
+// NewKeyInfo checks pub against alg and computes the fingerprint. The URI
+// it reports is keyURI passed through uri.Redact, so that a Signer's URI,
+// which logs and errors quote, never carries a secret.
+func NewKeyInfo(pub crypto.PublicKey, alg Algorithm, version, keyURI string) (KeyInfo, error) {
 	if err := alg.CheckPublicKey(pub); err != nil {
 		return KeyInfo{}, err
 	}
@@ -92,7 +96,7 @@ func NewKeyInfo(pub crypto.PublicKey, alg Algorithm, version, uri string) (KeyIn
 	if version == "" {
 		version = fp
 	}
-	return KeyInfo{pub: pub, alg: alg, version: version, fingerprint: fp, uri: uri}, nil
+	return KeyInfo{pub: pub, alg: alg, version: version, fingerprint: fp, uri: uri.Redact(keyURI)}, nil
 }
 
 func (k KeyInfo) Public() crypto.PublicKey                    { return k.pub }

@@ -3,6 +3,8 @@ package backends
 import (
 	"errors"
 	"fmt"
+
+	"github.com/keyward/keyward/backends/uri"
 )
 
 // Sentinels for errors.Is. Every error a backend returns matches exactly one
@@ -28,11 +30,16 @@ var (
 type Error struct {
 	Kind error
 	Op   string // "open", "sign", "create-key"
-	URI  string // never carries a PIN or credential
+	// URI is the key URI; Errorf and Wrap pass it through uri.Redact, so
+	// that it carries no PIN or credential.
+	URI  string
 	Part string // e.g. "token", "object", "module-path", "key-id"
 	Err  error
 }
 
+// Error is the message, passed through uri.Redact as a last line of
+// defence: no PIN, password or URL user information that reached URI, Part
+// or Err's message is shown.
 func (e *Error) Error() string {
 	msg := e.Op
 	if e.URI != "" {
@@ -47,7 +54,7 @@ func (e *Error) Error() string {
 	if e.Err == nil || !errors.Is(e.Err, e.Kind) {
 		msg += " (" + e.Kind.Error() + ")"
 	}
-	return msg
+	return uri.Redact(msg)
 }
 
 // Is matches the error's Kind, and ErrPermanent for every non-transient kind.
@@ -60,13 +67,14 @@ func (e *Error) Is(target error) bool {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Errorf builds an *Error of kind for op on uri, blaming part.
-func Errorf(kind error, op, uri, part, format string, args ...any) error {
-	return &Error{Kind: kind, Op: op, URI: uri, Part: part, Err: fmt.Errorf(format, args...)}
+// Errorf builds an *Error of kind for op on keyURI (redacted), blaming part.
+func Errorf(kind error, op, keyURI, part, format string, args ...any) error {
+	return &Error{Kind: kind, Op: op, URI: uri.Redact(keyURI), Part: part, Err: fmt.Errorf(format, args...)}
 }
 
-// Wrap wraps err as an *Error of kind, unless it already is one.
-func Wrap(kind error, op, uri, part string, err error) error {
+// Wrap wraps err as an *Error of kind for op on keyURI (redacted), unless
+// it already is one.
+func Wrap(kind error, op, keyURI, part string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -74,7 +82,7 @@ func Wrap(kind error, op, uri, part string, err error) error {
 	if errors.As(err, &be) {
 		return err
 	}
-	return &Error{Kind: kind, Op: op, URI: uri, Part: part, Err: err}
+	return &Error{Kind: kind, Op: op, URI: uri.Redact(keyURI), Part: part, Err: err}
 }
 
 // OptionError is a backend option (a field of a backend's Options, such as

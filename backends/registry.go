@@ -39,16 +39,36 @@ func (r *Registry) Schemes() []string {
 }
 
 // Provider returns the provider for uri's scheme.
-func (r *Registry) Provider(uri string) (Provider, error) {
+func (r *Registry) Provider(uri string) (Provider, error) { return r.provider("open", uri) }
+
+// provider returns the provider for uri's scheme; errors name op.
+func (r *Registry) provider(op, uri string) (Provider, error) {
 	scheme, _, ok := strings.Cut(uri, ":")
-	if !ok || scheme == "" {
-		return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no scheme (want one of %v, e.g. file:/path/key.pem)", r.Schemes())
+	if !ok || !validScheme(scheme) {
+		return nil, Errorf(ErrInvalidURI, op, uri, "scheme", "no scheme (want one of %v, e.g. file:/path/key.pem)", r.Schemes())
 	}
 	p, ok := r.providers[scheme]
 	if !ok {
-		return nil, Errorf(ErrInvalidURI, "open", uri, "scheme", "no backend for scheme %q (have %v)", scheme, r.Schemes())
+		if _, lower := r.providers[strings.ToLower(scheme)]; lower {
+			return nil, Errorf(ErrInvalidURI, op, uri, "scheme", "no backend for scheme %q: schemes are lower case, %q", scheme, strings.ToLower(scheme))
+		}
+		return nil, Errorf(ErrInvalidURI, op, uri, "scheme", "no backend for scheme %q (have %v)", scheme, r.Schemes())
 	}
 	return p, nil
+}
+
+// validScheme reports whether s is an RFC 3986 scheme: a letter, then
+// letters, digits, '+', '-' or '.'. Anything else before the first ':' is
+// not shown as a scheme, since it may be part of a secret.
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Open opens the key at req.URI.
@@ -62,7 +82,7 @@ func (r *Registry) Open(ctx context.Context, req OpenRequest) (Signer, error) {
 
 // CreateKey creates a key with the provider for req.URI's scheme, if it can.
 func (r *Registry) CreateKey(ctx context.Context, req CreateKeyRequest) (Signer, error) {
-	p, err := r.Provider(req.URI)
+	p, err := r.provider("create-key", req.URI)
 	if err != nil {
 		return nil, err
 	}

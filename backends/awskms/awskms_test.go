@@ -17,6 +17,7 @@ import (
 	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/backends/backendtest"
 	"github.com/keyward/keyward/internal/awskmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 )
 
 const region = "eu-west-1"
@@ -139,7 +140,7 @@ func TestOpenChoosesTheSigningAlgorithmExplicitly(t *testing.T) {
 			if s.KeyVersion() != k.ARN {
 				t.Errorf("KeyVersion() = %s, want the key ARN %s", s.KeyVersion(), k.ARN)
 			}
-			d := digest(s.Algorithm(), tt.name)
+			d := kmstest.Digest(s.Algorithm(), tt.name)
 			sig, err := s.SignContext(context.Background(), d, s.Algorithm().SignerOpts())
 			if err != nil {
 				t.Fatalf("SignContext: %v", err)
@@ -197,7 +198,7 @@ func TestOpenRefusesKeysKeywardDoesNotSignWith(t *testing.T) {
 			if err == nil {
 				s.Close()
 			}
-			checkError(t, err, tt.want, tt.wantPart)
+			kmstest.CheckError(t, err, tt.want, tt.wantPart)
 			if n := srv.Calls(awskmsfake.GetPublicKey) - before; n != 0 {
 				t.Errorf("GetPublicKey called %d times for a key DescribeKey already ruled out", n)
 			}
@@ -211,7 +212,7 @@ func TestOpenCallsDescribeKeyAndGetPublicKeyOnceAndSignsWithNoMore(t *testing.T)
 	k := addKey(t, srv, awskmsfake.NewKey{Region: region, KeySpec: "ECC_NIST_P256"})
 	s := open(t, p, keyURI(srv, k.ID, ""))
 	for i := range 3 {
-		if _, err := s.SignContext(context.Background(), digest(s.Algorithm(), fmt.Sprint(i)), s.Algorithm().SignerOpts()); err != nil {
+		if _, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), fmt.Sprint(i)), s.Algorithm().SignerOpts()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -231,7 +232,7 @@ func TestOpenByAliasSignsWithTheKeyTheAliasNamedAtOpen(t *testing.T) {
 	if !strings.Contains(s.URI(), "key-id=alias/keyward-ca;") {
 		t.Errorf("URI() = %s, want it to keep the alias", s.URI())
 	}
-	if _, err := s.SignContext(context.Background(), digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts()); err != nil {
+	if _, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts()); err != nil {
 		t.Fatal(err)
 	}
 	if got := lastSign(t, srv).KeyID; got != k.ARN {
@@ -247,7 +248,7 @@ func TestOpenByARNTakesTheRegionFromTheARN(t *testing.T) {
 	if !strings.Contains(s.URI(), ";region=ap-southeast-2") {
 		t.Errorf("URI() = %s, want the ARN's region", s.URI())
 	}
-	if _, err := s.SignContext(context.Background(), digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts()); err != nil {
+	if _, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts()); err != nil {
 		t.Fatal(err)
 	}
 	if got := lastSign(t, srv).Region; got != "ap-southeast-2" {
@@ -264,7 +265,7 @@ func TestKeysInAnotherRegionAreNotFound(t *testing.T) {
 	p := newProvider(t, awskms.Options{})
 	k := addKey(t, srv, awskmsfake.NewKey{Region: "us-east-1", KeySpec: "ECC_NIST_P256"})
 	_, err := p.Open(context.Background(), backends.OpenRequest{URI: keyURI(srv, k.ID, "")})
-	checkError(t, err, backends.ErrNotFound, "key-id")
+	kmstest.CheckError(t, err, backends.ErrNotFound, "key-id")
 }
 
 func TestURIErrorsNameThePartAtFault(t *testing.T) {
@@ -301,7 +302,7 @@ func TestURIErrorsNameThePartAtFault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := p.Open(context.Background(), backends.OpenRequest{URI: tt.uri})
-			checkError(t, err, tt.want, tt.wantPart)
+			kmstest.CheckError(t, err, tt.want, tt.wantPart)
 		})
 	}
 	if loaded.Load() {
@@ -341,7 +342,7 @@ func TestNewValidatesOptionsAndDoesNoIO(t *testing.T) {
 	}
 	for range 2 {
 		s := open(t, p, keyURI(srv, k.ID, ""))
-		if _, err := s.SignContext(context.Background(), digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts()); err != nil {
+		if _, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -358,10 +359,10 @@ func TestCloseStopsSigners(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.SignContext(context.Background(), digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
-	checkError(t, err, backends.ErrPermanent, "")
+	_, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	_, err = p.Open(context.Background(), backends.OpenRequest{URI: keyURI(srv, k.ID, "")})
-	checkError(t, err, backends.ErrPermanent, "")
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	if n := srv.Calls(awskmsfake.Sign); n != 0 {
 		t.Errorf("Sign called %d times after Close", n)
 	}
@@ -436,17 +437,6 @@ func openKey(tb testing.TB, srv *awskmsfake.Server, p *awskms.Provider, alg back
 	return open(tb, p, keyURI(srv, k.ID, ";signing-algorithm="+signing))
 }
 
-// digest is what SignContext takes for alg: msg's digest, or for Ed25519
-// msg itself.
-func digest(alg backends.Algorithm, msg string) []byte {
-	if alg.Hash() == 0 {
-		return []byte(msg)
-	}
-	h := alg.Hash().New()
-	h.Write([]byte(msg))
-	return h.Sum(nil)
-}
-
 func lastSign(tb testing.TB, srv *awskmsfake.Server) awskmsfake.SignRequest {
 	tb.Helper()
 	reqs := srv.SignRequests()
@@ -454,23 +444,4 @@ func lastSign(tb testing.TB, srv *awskmsfake.Server) awskmsfake.SignRequest {
 		tb.Fatal("the fake received no Sign request")
 	}
 	return reqs[len(reqs)-1]
-}
-
-// checkError checks that err is want, exactly one of transient and
-// permanent, and blames wantPart ("" to not check the part).
-func checkError(t *testing.T, err, want error, wantPart string) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("got %v, want %v", err, want)
-	}
-	if backends.IsTransient(err) == errors.Is(err, backends.ErrPermanent) {
-		t.Errorf("%v: transient %v, permanent %v; want exactly one", err, backends.IsTransient(err), errors.Is(err, backends.ErrPermanent))
-	}
-	var be *backends.Error
-	if !errors.As(err, &be) {
-		t.Fatalf("%v is not a *backends.Error", err)
-	}
-	if wantPart != "" && be.Part != wantPart {
-		t.Errorf("%v blames %q, want %q", err, be.Part, wantPart)
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/backends/backendtest"
 	"github.com/keyward/keyward/internal/awskmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 )
 
 // BenchmarkSignAt20msLatency signs through the provider — the real SDK
@@ -27,7 +28,7 @@ func BenchmarkSignAt20msLatency(b *testing.B) {
 	p := newProvider(b, awskms.Options{})
 	s := openKey(b, srv, p, alg)
 	srv.SetLatency(latency)
-	d := digest(alg, "keyward")
+	d := kmstest.Digest(alg, "keyward")
 	for _, workers := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("%s/workers=%d", alg, workers), func(b *testing.B) {
 			warmUp(b, workers, func() error {
@@ -66,7 +67,7 @@ func BenchmarkSignWithoutLatency(b *testing.B) {
 	srv := startFake(b, awskmsfake.Options{})
 	p := newProvider(b, awskms.Options{})
 	s := openKey(b, srv, p, alg)
-	d := digest(alg, "keyward")
+	d := kmstest.Digest(alg, "keyward")
 	for _, workers := range []int{1, 32} {
 		b.Run(fmt.Sprintf("%s/workers=%d", alg, workers), func(b *testing.B) {
 			backendtest.Concurrent(b, workers, func() error {

@@ -10,6 +10,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/internal/awskmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 )
 
 func TestCreateKeyMakesASignVerifyKeyOfTheAlgorithmsKeySpec(t *testing.T) {
@@ -42,7 +43,7 @@ func TestCreateKeyMakesASignVerifyKeyOfTheAlgorithmsKeySpec(t *testing.T) {
 			if strings.Contains(s.URI(), "description") {
 				t.Errorf("URI() = %s names the description", s.URI())
 			}
-			d := digest(alg, "created")
+			d := kmstest.Digest(alg, "created")
 			sig, err := s.SignContext(context.Background(), d, alg.SignerOpts())
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +63,7 @@ func TestCreateKeyRefusesAlgorithmsAWSKMSDoesNotMake(t *testing.T) {
 	p := newProvider(t, awskms.Options{})
 	for _, alg := range []backends.Algorithm{"ecdsa-p521-sha512", "rsa-1024-pkcs1-sha256", ""} {
 		_, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{URI: "awskms:region=" + region + "?endpoint=" + srv.URL(), Algorithm: alg})
-		checkError(t, err, backends.ErrUnsupportedAlgorithm, "")
+		kmstest.CheckError(t, err, backends.ErrUnsupportedAlgorithm, "")
 	}
 	if n := srv.Calls(awskmsfake.CreateKey); n != 0 {
 		t.Errorf("CreateKey called %d times, want 0", n)
@@ -101,7 +102,7 @@ func TestCreateKeyRetriesOnlyWhatMadeNoKey(t *testing.T) {
 				s.Close()
 				return
 			}
-			checkError(t, err, tt.want, "")
+			kmstest.CheckError(t, err, tt.want, "")
 		})
 	}
 }
@@ -125,7 +126,7 @@ func TestCreateKeyWhoseKeyStaysInvisibleIsTransientAndNamesTheKey(t *testing.T) 
 	p := newProvider(t, awskms.Options{Retry: fastRetry(3)})
 	srv.Inject(awskmsfake.GetPublicKey, awskmsfake.Fault{Code: "NotFoundException"}, awskmsfake.Always)
 	_, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{URI: "awskms:region=" + region + "?endpoint=" + srv.URL(), Algorithm: backends.ECDSAP256SHA256})
-	checkError(t, err, backends.ErrTransient, "")
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if errors.Is(err, backends.ErrNotFound) {
 		t.Errorf("got %v, which is also ErrNotFound (permanent)", err)
 	}
@@ -151,7 +152,7 @@ func TestCreateKeyURIErrorsNameThePartAtFault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{URI: tt.uri, Algorithm: backends.ECDSAP256SHA256})
-			checkError(t, err, backends.ErrInvalidURI, tt.wantPart)
+			kmstest.CheckError(t, err, backends.ErrInvalidURI, tt.wantPart)
 		})
 	}
 }

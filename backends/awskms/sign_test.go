@@ -10,6 +10,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/internal/awskmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 )
 
 func TestSignFailures(t *testing.T) {
@@ -61,7 +62,7 @@ func TestSignFailures(t *testing.T) {
 				defer srv.ClearFaults()
 				srv.Inject(awskmsfake.Sign, tt.fault, tt.times)
 				before := srv.Calls(awskmsfake.Sign)
-				d := digest(alg, tt.name)
+				d := kmstest.Digest(alg, tt.name)
 				sig, err := s.SignContext(context.Background(), d, alg.SignerOpts())
 				if calls := srv.Calls(awskmsfake.Sign) - before; calls != tt.wantCalls {
 					t.Errorf("Sign called %d times, want %d", calls, tt.wantCalls)
@@ -78,7 +79,7 @@ func TestSignFailures(t *testing.T) {
 				if sig != nil {
 					t.Errorf("SignContext returned a signature with error %v", err)
 				}
-				checkError(t, err, tt.want, tt.wantPart)
+				kmstest.CheckError(t, err, tt.want, tt.wantPart)
 			})
 		}
 	}
@@ -89,11 +90,11 @@ func TestAWrongSignatureIsPermanentAndWrapsErrBadSignature(t *testing.T) {
 	p := newProvider(t, awskms.Options{Retry: fastRetry(3)})
 	s := openKey(t, srv, p, backends.ECDSAP256SHA256)
 	srv.Inject(awskmsfake.Sign, awskmsfake.Fault{WrongSignature: true}, awskmsfake.Always)
-	sig, err := s.SignContext(context.Background(), digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+	sig, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
 	if sig != nil {
 		t.Errorf("got a signature that does not verify: %x", sig)
 	}
-	checkError(t, err, backends.ErrPermanent, "")
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	if !errors.Is(err, backends.ErrBadSignature) {
 		t.Errorf("got %v, want an error wrapping backends.ErrBadSignature", err)
 	}
@@ -109,8 +110,8 @@ func TestSignOnAKeyDisabledAfterOpenIsPermanent(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := srv.Calls(awskmsfake.Sign)
-		_, err := s.SignContext(context.Background(), digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
-		checkError(t, err, backends.ErrPermanent, "key-id")
+		_, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+		kmstest.CheckError(t, err, backends.ErrPermanent, "key-id")
 		if n := srv.Calls(awskmsfake.Sign) - before; n != 1 {
 			t.Errorf("%s: Sign called %d times, want 1", state, n)
 		}
@@ -123,8 +124,8 @@ func TestSignSlowerThanCallTimeoutIsTransientDeadlineExceeded(t *testing.T) {
 	s := openKey(t, srv, p, backends.ECDSAP256SHA256)
 	srv.SetLatency(time.Minute)
 	start := time.Now()
-	_, err := s.SignContext(context.Background(), digest(s.Algorithm(), "slow"), s.Algorithm().SignerOpts())
-	checkError(t, err, backends.ErrTransient, "")
+	_, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "slow"), s.Algorithm().SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want an error wrapping context.DeadlineExceeded", err)
 	}
@@ -143,8 +144,8 @@ func TestSignWithinACallersDeadlineShorterThanCallTimeoutIsNotRetried(t *testing
 	srv.SetLatency(time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := s.SignContext(ctx, digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
-	checkError(t, err, backends.ErrTransient, "")
+	_, err := s.SignContext(ctx, kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want context.DeadlineExceeded", err)
 	}
@@ -161,11 +162,11 @@ func TestSignCanceledDuringACallReturnsContextCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go cancelAfterCalls(ctx, cancel, srv, awskmsfake.Sign, 1)
-	_, err := s.SignContext(ctx, digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+	_, err := s.SignContext(ctx, kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
-	checkError(t, err, backends.ErrTransient, "")
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if n := srv.Calls(awskmsfake.Sign); n != 1 {
 		t.Errorf("Sign called %d times, want 1 (no retry after cancellation)", n)
 	}
@@ -179,11 +180,11 @@ func TestSignCanceledWhileWaitingToRetryReturnsContextCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go cancelAfterCalls(ctx, cancel, srv, awskmsfake.Sign, 1)
-	_, err := s.SignContext(ctx, digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+	_, err := s.SignContext(ctx, kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
-	checkError(t, err, backends.ErrTransient, "")
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if n := srv.Calls(awskmsfake.Sign); n != 1 {
 		t.Errorf("Sign called %d times, want 1", n)
 	}
@@ -194,10 +195,10 @@ func TestSignWithADigestOfTheWrongLengthIsPermanentAndSendsNothing(t *testing.T)
 	p := newProvider(t, awskms.Options{})
 	s := openKey(t, srv, p, backends.ECDSAP384SHA384)
 	_, err := s.SignContext(context.Background(), make([]byte, 32), s.Algorithm().SignerOpts())
-	checkError(t, err, backends.ErrPermanent, "")
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	e := openKey(t, srv, p, backends.Ed25519)
 	_, err = e.SignContext(context.Background(), make([]byte, 4097), e.Algorithm().SignerOpts())
-	checkError(t, err, backends.ErrPermanent, "")
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	if n := srv.Calls(awskmsfake.Sign); n != 0 {
 		t.Errorf("Sign called %d times, want 0", n)
 	}

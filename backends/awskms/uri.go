@@ -1,6 +1,7 @@
 package awskms
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -161,11 +162,17 @@ func checkEndpoint(s string) (string, error) {
 		return "", nil
 	}
 	u, err := url.Parse(s)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		ue.URL = uri.Redact(ue.URL) // it quotes the URL, password and all
+	}
 	if err != nil {
 		return "", fmt.Errorf("parsing the endpoint URL: %w", err)
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%q is not an http(s)://host[:port][/path] URL", s)
+	if u.User != nil {
+		return "", fmt.Errorf("%q carries user information: KMS credentials come from the AWS SDK's credential chain, never from the endpoint", uri.Redact(s))
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q is not an http(s)://host[:port][/path] URL", uri.Redact(s))
 	}
 	return s, nil
 }

@@ -28,7 +28,10 @@
 // CreateCryptoKeyVersion is retried only on RESOURCE_EXHAUSTED, so that a
 // version is never created twice. NOT_FOUND is backends.ErrNotFound;
 // PERMISSION_DENIED, FAILED_PRECONDITION (a disabled or destroyed version) and
-// INVALID_ARGUMENT are backends.ErrPermanent.
+// INVALID_ARGUMENT are backends.ErrPermanent, except that an AsymmetricSign
+// refused with INVALID_ARGUMENT because the digest or data the service
+// received did not match its CRC32C is retried, as the API asks, up to three
+// calls in all (ErrPermanent if the refusals persist).
 package gcpkms
 
 import (
@@ -45,6 +48,7 @@ import (
 	kms "cloud.google.com/go/kms/apiv1"
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/crc32c"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -183,8 +187,8 @@ func (p *Provider) open(ctx context.Context, op, name string) (*Signer, error) {
 		if resp.GetName() != name {
 			return invalid(c, "GetPublicKey", "it is the key of %q", resp.GetName())
 		}
-		if resp.GetPemCrc32C() == nil || resp.GetPemCrc32C().GetValue() != crc32c([]byte(resp.GetPem())) {
-			return invalid(c, "GetPublicKey", "PEM CRC32C %v does not match %d", resp.GetPemCrc32C().GetValue(), crc32c([]byte(resp.GetPem())))
+		if resp.GetPemCrc32C() == nil || resp.GetPemCrc32C().GetValue() != crc32c.Checksum([]byte(resp.GetPem())) {
+			return invalid(c, "GetPublicKey", "PEM CRC32C %v does not match %d", resp.GetPemCrc32C().GetValue(), crc32c.Checksum([]byte(resp.GetPem())))
 		}
 		pk = resp
 		return false, nil

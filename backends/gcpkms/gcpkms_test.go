@@ -14,7 +14,9 @@ import (
 	"github.com/keyward/keyward/backends/backendtest"
 	"github.com/keyward/keyward/backends/gcpkms"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const ring = "projects/keyward-test/locations/europe-west1/keyRings/ca"
@@ -117,6 +119,7 @@ func TestSignFailures(t *testing.T) {
 		{name: "a wrong signature once, then a good one", fault: gcpkmsfake.Fault{WrongSignature: true}, times: 1, wantCalls: 2},
 		{name: "an unconfirmed digest CRC32C once, then a good signature", fault: gcpkmsfake.Fault{UnverifiedChecksum: true}, times: 1, wantCalls: 2},
 		{name: "an answer naming another key version once, then a good one", fault: gcpkmsfake.Fault{WrongName: true}, times: 1, wantCalls: 2},
+		{name: "a request refused twice for its CRC32C, then a signature", fault: gcpkmsfake.Fault{RefuseChecksum: true}, times: 2, wantCalls: 3},
 
 		{name: "persistent RESOURCE_EXHAUSTED is transient after MaxAttempts", fault: gcpkmsfake.Fault{Code: codes.ResourceExhausted}, times: gcpkmsfake.Always, want: backends.ErrTransient, wantCalls: attempts},
 		{name: "persistent UNAVAILABLE is transient after MaxAttempts", fault: gcpkmsfake.Fault{Code: codes.Unavailable}, times: gcpkmsfake.Always, want: backends.ErrTransient, wantCalls: attempts},
@@ -140,7 +143,7 @@ func TestSignFailures(t *testing.T) {
 				defer srv.ClearFaults()
 				srv.Inject(gcpkmsfake.AsymmetricSign, tt.fault, tt.times)
 				before := srv.Calls(gcpkmsfake.AsymmetricSign)
-				d := digest(alg, tt.name)
+				d := kmstest.Digest(alg, tt.name)
 				sig, err := s.SignContext(context.Background(), d, alg.SignerOpts())
 				if calls := srv.Calls(gcpkmsfake.AsymmetricSign) - before; calls != tt.wantCalls {
 					t.Errorf("AsymmetricSign called %d times, want %d", calls, tt.wantCalls)
@@ -157,7 +160,46 @@ func TestSignFailures(t *testing.T) {
 				if sig != nil {
 					t.Errorf("SignContext returned a signature with error %v", err)
 				}
-				checkError(t, err, tt.want, tt.wantPart)
+				kmstest.CheckError(t, err, tt.want, tt.wantPart)
+			})
+		}
+	}
+}
+
+// Cloud KMS refuses a request whose digest or data does not match its
+// CRC32C with INVALID_ARGUMENT, and asks for a limited number of retries:
+// three calls at most, however many attempts the policy allows, then the
+// refusal is permanent. Any other INVALID_ARGUMENT is not retried.
+func TestSignRetriesARefusedChecksumABoundedNumberOfTimes(t *testing.T) {
+	const attempts = 6 // more than the checksum bound, which must win
+	srv := startFake(t, gcpkmsfake.Options{})
+	p := newProvider(t, srv, gcpkms.Options{Retry: fastRetry(attempts)})
+	for _, alg := range []backends.Algorithm{backends.ECDSAP256SHA256, backends.Ed25519} {
+		s := openKey(t, srv, p, alg)
+		for _, tt := range []struct {
+			name      string
+			fault     gcpkmsfake.Fault
+			wantCalls int
+		}{
+			{name: "a persistently refused checksum is permanent after three calls", fault: gcpkmsfake.Fault{RefuseChecksum: true}, wantCalls: 3},
+			{name: "another INVALID_ARGUMENT is permanent after one call", fault: gcpkmsfake.Fault{Code: codes.InvalidArgument}, wantCalls: 1},
+		} {
+			t.Run(string(alg)+"/"+tt.name, func(t *testing.T) {
+				srv.ClearFaults()
+				defer srv.ClearFaults()
+				srv.Inject(gcpkmsfake.AsymmetricSign, tt.fault, gcpkmsfake.Always)
+				before := srv.Calls(gcpkmsfake.AsymmetricSign)
+				sig, err := s.SignContext(context.Background(), kmstest.Digest(alg, tt.name), alg.SignerOpts())
+				if calls := srv.Calls(gcpkmsfake.AsymmetricSign) - before; calls != tt.wantCalls {
+					t.Errorf("AsymmetricSign called %d times, want %d", calls, tt.wantCalls)
+				}
+				if sig != nil {
+					t.Errorf("SignContext returned a signature with error %v", err)
+				}
+				kmstest.CheckError(t, err, backends.ErrPermanent, "")
+				if code := status.Code(err); code != codes.InvalidArgument {
+					t.Errorf("status code %v, want %v: %v", code, codes.InvalidArgument, err)
+				}
 			})
 		}
 	}
@@ -168,7 +210,7 @@ func TestSignWithWrongDigestLengthIsPermanentAndSendsNothing(t *testing.T) {
 	p := newProvider(t, srv, gcpkms.Options{Retry: fastRetry(3)})
 	s := openKey(t, srv, p, backends.ECDSAP384SHA384)
 	_, err := s.SignContext(context.Background(), make([]byte, 32), backends.ECDSAP384SHA384.SignerOpts())
-	checkError(t, err, backends.ErrPermanent, "")
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	if n := srv.Calls(gcpkmsfake.AsymmetricSign); n != 0 {
 		t.Errorf("AsymmetricSign called %d times, want 0", n)
 	}
@@ -181,8 +223,8 @@ func TestSignOnAVersionDisabledAfterOpenIsPermanent(t *testing.T) {
 	if err := srv.SetState(s.KeyVersion(), kmspb.CryptoKeyVersion_DISABLED); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.SignContext(context.Background(), digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
-	checkError(t, err, backends.ErrPermanent, "cryptoKeyVersions")
+	_, err := s.SignContext(context.Background(), kmstest.Digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrPermanent, "cryptoKeyVersions")
 	if n := srv.Calls(gcpkmsfake.AsymmetricSign); n != 1 {
 		t.Errorf("AsymmetricSign called %d times, want 1", n)
 	}
@@ -194,8 +236,8 @@ func TestSignSlowerThanCallTimeoutIsTransientDeadlineExceeded(t *testing.T) {
 	s := openKey(t, srv, p, backends.ECDSAP256SHA256)
 	srv.SetLatency(time.Minute)
 	start := time.Now()
-	_, err := s.SignContext(context.Background(), digest(backends.ECDSAP256SHA256, "slow"), backends.ECDSAP256SHA256.SignerOpts())
-	checkError(t, err, backends.ErrTransient, "")
+	_, err := s.SignContext(context.Background(), kmstest.Digest(backends.ECDSAP256SHA256, "slow"), backends.ECDSAP256SHA256.SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want an error wrapping context.DeadlineExceeded", err)
 	}
@@ -220,11 +262,11 @@ func TestSignCanceledWhileWaitingToRetryReturnsContextCanceled(t *testing.T) {
 		}
 		cancel()
 	}()
-	_, err := s.SignContext(ctx, digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
+	_, err := s.SignContext(ctx, kmstest.Digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
-	checkError(t, err, backends.ErrTransient, "")
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if n := srv.Calls(gcpkmsfake.AsymmetricSign); n != 1 {
 		t.Errorf("AsymmetricSign called %d times, want 1", n)
 	}
@@ -243,7 +285,7 @@ func TestSignCanceledDuringACallReturnsContextCanceled(t *testing.T) {
 		}
 		cancel()
 	}()
-	_, err := s.SignContext(ctx, digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
+	_, err := s.SignContext(ctx, kmstest.Digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
@@ -259,8 +301,8 @@ func TestSignReturnsTheLastErrorWhenTheNextRetryWouldOutlastTheDeadline(t *testi
 	srv.Inject(gcpkmsfake.AsymmetricSign, gcpkmsfake.Fault{Code: codes.Unavailable}, gcpkmsfake.Always)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := s.SignContext(ctx, digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
-	checkError(t, err, backends.ErrTransient, "")
+	_, err := s.SignContext(ctx, kmstest.Digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v: it waited for the deadline instead of returning the UNAVAILABLE error", err)
 	}
@@ -416,7 +458,7 @@ func TestOpenFailures(t *testing.T) {
 				}
 				return
 			}
-			checkError(t, err, tt.want, tt.wantPart)
+			kmstest.CheckError(t, err, tt.want, tt.wantPart)
 		})
 	}
 }
@@ -439,7 +481,7 @@ func TestCreateKeyWaitsWhileTheNewVersionIsPendingGeneration(t *testing.T) {
 	if want := "gcpkms:" + key + "/cryptoKeyVersions/1"; s.URI() != want {
 		t.Errorf("URI() = %q, want %q", s.URI(), want)
 	}
-	d := digest(backends.ECDSAP256SHA256, "new key")
+	d := kmstest.Digest(backends.ECDSAP256SHA256, "new key")
 	sig, err := s.SignContext(context.Background(), d, backends.ECDSAP256SHA256.SignerOpts())
 	if err != nil {
 		t.Fatal(err)
@@ -555,10 +597,10 @@ func TestCreateKeyFailures(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("got %v, want an error wrapping context.DeadlineExceeded", err)
 				}
-				checkError(t, err, backends.ErrTransient, tt.wantPart)
+				kmstest.CheckError(t, err, backends.ErrTransient, tt.wantPart)
 				return
 			}
-			checkError(t, err, tt.want, tt.wantPart)
+			kmstest.CheckError(t, err, tt.want, tt.wantPart)
 			var be *backends.Error
 			if tt.wantURI != "" && errors.As(err, &be) && be.URI != tt.wantURI {
 				t.Errorf("error's URI is %q, want %q", be.URI, tt.wantURI)
@@ -610,7 +652,7 @@ func TestURIErrorsNameThePart(t *testing.T) {
 			} else {
 				_, err = p.Open(context.Background(), backends.OpenRequest{URI: tt.uri})
 			}
-			checkError(t, err, tt.want, tt.wantPart)
+			kmstest.CheckError(t, err, tt.want, tt.wantPart)
 		})
 	}
 	if n := srv.Calls(gcpkmsfake.GetPublicKey) + srv.Calls(gcpkmsfake.GetCryptoKey); n != 2 {
@@ -648,31 +690,12 @@ func TestAClosedProviderRefusesToOpenAndSign(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.SignContext(context.Background(), digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
-	checkError(t, err, backends.ErrPermanent, "")
+	_, err := s.SignContext(context.Background(), kmstest.Digest(backends.ECDSAP256SHA256, "x"), backends.ECDSAP256SHA256.SignerOpts())
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	_, err = p.Open(context.Background(), backends.OpenRequest{URI: s.URI()})
-	checkError(t, err, backends.ErrPermanent, "")
+	kmstest.CheckError(t, err, backends.ErrPermanent, "")
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
-	}
-}
-
-// checkError checks that err is an *backends.Error matching want, exactly
-// one of ErrTransient and ErrPermanent, and blaming part (if set).
-func checkError(t *testing.T, err, want error, part string) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("got %v, want %v", err, want)
-	}
-	if backends.IsTransient(err) == errors.Is(err, backends.ErrPermanent) {
-		t.Errorf("error %v is transient: %v, permanent: %v; want exactly one", err, backends.IsTransient(err), errors.Is(err, backends.ErrPermanent))
-	}
-	var be *backends.Error
-	if !errors.As(err, &be) {
-		t.Fatalf("error %v is a %T, not a *backends.Error", err, err)
-	}
-	if part != "" && be.Part != part {
-		t.Errorf("error %v blames part %q, want %q", err, be.Part, part)
 	}
 }
 
@@ -735,14 +758,4 @@ func openKey(t testing.TB, srv *gcpkmsfake.Server, p *gcpkms.Provider, alg backe
 		t.Fatalf("open %s: %v", uri, err)
 	}
 	return s
-}
-
-// digest is what SignContext takes for alg over msg.
-func digest(alg backends.Algorithm, msg string) []byte {
-	if alg.Hash() == 0 {
-		return []byte(msg)
-	}
-	h := alg.Hash().New()
-	h.Write([]byte(msg))
-	return h.Sum(nil)
 }

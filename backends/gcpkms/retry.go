@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"strings"
 	"time"
 
+	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/googleapis/gax-go/v2"
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/crc32c"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -96,16 +98,66 @@ func (p *Provider) failed(ctx, actx context.Context, c call, method string, err 
 	}
 }
 
+// checksumAttempts bounds the calls made for one request that Cloud KMS
+// refuses because what it received does not match the request's CRC32C:
+// the API asks for "a limited number of retries", since a mismatch that
+// persists points at the client's checksum, not at the network.
+const checksumAttempts = 3
+
+// isChecksumRefusal reports whether err is Cloud KMS refusing a request
+// because a field did not match its CRC32C: INVALID_ARGUMENT with a
+// message such as "The checksum in field digest_crc32c did not match the
+// data in field digest." Any other INVALID_ARGUMENT is permanent.
+func isChecksumRefusal(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return false
+	}
+	msg := strings.ToLower(st.Message())
+	return strings.Contains(msg, "checksum") && strings.Contains(msg, "crc32c")
+}
+
+// checksumRefusal classifies the refused-checksum error of AsymmetricSign
+// request req, the nth such refusal: retried, as the API asks, when the
+// request's CRC32C is right (so the data was corrupted on the way) and fewer
+// than checksumAttempts calls were refused; permanent once it persists or
+// when the request's own checksum is wrong.
+func (p *Provider) checksumRefusal(ctx, actx context.Context, c call, method string, err error, req *kmspb.AsymmetricSignRequest, n int) (retry bool, _ error) {
+	if cerr := ctx.Err(); cerr != nil {
+		return p.failed(ctx, actx, c, method, err)
+	}
+	if !requestChecksumsMatch(req) {
+		return false, backends.Wrap(backends.ErrPermanent, c.op, c.uri, "", fmt.Errorf("calling %s: the request's own CRC32C is wrong: %w", method, err))
+	}
+	wrapped := fmt.Errorf("calling %s: the service received data that does not match its CRC32C (%d of at most %d calls): %w", method, n, checksumAttempts, err)
+	return n < checksumAttempts, backends.Wrap(backends.ErrPermanent, c.op, c.uri, "", wrapped)
+}
+
+// requestChecksumsMatch checks the CRC32C fields of req against its data.
+func requestChecksumsMatch(req *kmspb.AsymmetricSignRequest) bool {
+	if c := req.GetDataCrc32C(); c != nil && c.GetValue() != crc32c.Checksum(req.GetData()) {
+		return false
+	}
+	if c := req.GetDigestCrc32C(); c != nil {
+		d := req.GetDigest()
+		var b []byte
+		switch {
+		case d.GetSha256() != nil:
+			b = d.GetSha256()
+		case d.GetSha384() != nil:
+			b = d.GetSha384()
+		default:
+			b = d.GetSha512()
+		}
+		return c.GetValue() == crc32c.Checksum(b)
+	}
+	return true
+}
+
 // invalid is a response that failed an integrity check (checksum, name):
 // transient and retried, since the next answer may be sound.
 func invalid(c call, method, format string, args ...any) (retry bool, _ error) {
 	return true, backends.Errorf(backends.ErrTransient, c.op, c.uri, "", "checking %s response: %s", method, fmt.Sprintf(format, args...))
-}
-
-// crc32c is the CRC32C (Castagnoli) checksum Cloud KMS uses, as its API
-// carries it.
-func crc32c(b []byte) int64 {
-	return int64(crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 }
 
 // deadlineSlack is how close to its deadline an attempt that failed with

@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/crc32c"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -51,8 +52,13 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 		return nil, err
 	}
 	var sig []byte
+	refused := 0 // calls refused for a request checksum mismatch
 	err = s.p.retry(ctx, c, s.p.opts.Retry.MaxAttempts, func(actx context.Context) (bool, error) {
 		resp, err := client.AsymmetricSign(actx, req, noClientRetry())
+		if isChecksumRefusal(err) {
+			refused++
+			return s.p.checksumRefusal(ctx, actx, c, method, err, req, refused)
+		}
 		if err != nil {
 			return s.p.failed(ctx, actx, c, method, err)
 		}
@@ -65,7 +71,7 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 		if req.DigestCrc32C != nil && !resp.GetVerifiedDigestCrc32C() {
 			return invalid(c, method, "the service did not confirm the digest's CRC32C")
 		}
-		if want := crc32c(resp.GetSignature()); resp.GetSignatureCrc32C() == nil || resp.GetSignatureCrc32C().GetValue() != want {
+		if want := crc32c.Checksum(resp.GetSignature()); resp.GetSignatureCrc32C() == nil || resp.GetSignatureCrc32C().GetValue() != want {
 			return invalid(c, method, "signature CRC32C %v does not match %d", resp.GetSignatureCrc32C().GetValue(), want)
 		}
 		if err := backends.VerifySignature(s.Public(), s.Algorithm(), digest, resp.GetSignature()); err != nil {
@@ -89,7 +95,7 @@ func (s *Signer) request(digest []byte) (*kmspb.AsymmetricSignRequest, error) {
 	h := s.Algorithm().Hash()
 	if h == 0 {
 		req.Data = digest
-		req.DataCrc32C = wrapperspb.Int64(crc32c(digest))
+		req.DataCrc32C = wrapperspb.Int64(crc32c.Checksum(digest))
 		return req, nil
 	}
 	if len(digest) != h.Size() {
@@ -107,7 +113,7 @@ func (s *Signer) request(digest []byte) (*kmspb.AsymmetricSignRequest, error) {
 		return nil, fmt.Errorf("building the signing request: %w: Cloud KMS takes no %v digests", backends.ErrUnsupportedAlgorithm, h)
 	}
 	req.Digest = d
-	req.DigestCrc32C = wrapperspb.Int64(crc32c(digest))
+	req.DigestCrc32C = wrapperspb.Int64(crc32c.Checksum(digest))
 	return req, nil
 }
 

@@ -55,16 +55,25 @@ func Parse(s string) (*URI, error) {
 
 func parseAttrs(s, sep string) (map[string]string, error) {
 	out := map[string]string{}
+	prev := ""
 	for _, part := range strings.Split(s, sep) {
 		if part == "" {
 			continue
 		}
 		name, value, ok := strings.Cut(part, "=")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("attribute %q is not name=value", part)
+			if IsSecret(prev) {
+				// Most likely the rest of the secret: do not quote it.
+				return nil, fmt.Errorf("the value of %s has an unescaped %q (write it as %%%02X)", prev, sep, sep[0])
+			}
+			return nil, fmt.Errorf("attribute %q is not name=value", Redact(part))
 		}
+		prev = name
 		v, err := url.PathUnescape(value)
 		if err != nil {
+			if IsSecret(name) {
+				return nil, fmt.Errorf("attribute %s: invalid percent-encoding", name)
+			}
 			return nil, fmt.Errorf("attribute %s: %w", name, err)
 		}
 		if _, dup := out[name]; dup {
@@ -95,30 +104,4 @@ func (u *URI) Unknown(allowed ...string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// secretAttrs are never printed.
-var secretAttrs = []string{"pin-value"}
-
-// Redact returns s with the values of secret attributes replaced, for
-// errors and logs. A path value ends at ';' or '?', a query value at '&'.
-func Redact(s string) string {
-	path, query, hasQuery := strings.Cut(s, "?")
-	path = redactAttrs(path, ";")
-	if !hasQuery {
-		return path
-	}
-	return path + "?" + redactAttrs(query, "&")
-}
-
-func redactAttrs(s, sep string) string {
-	parts := strings.Split(s, sep)
-	for i, p := range parts {
-		for _, a := range secretAttrs {
-			if j := strings.Index(p, a+"="); j >= 0 {
-				parts[i] = p[:j+len(a)+1] + "REDACTED"
-			}
-		}
-	}
-	return strings.Join(parts, sep)
 }

@@ -1,6 +1,9 @@
 package uri
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRedactHidesSecretValuesAndKeepsTheRest(t *testing.T) {
 	for _, tc := range []struct {
@@ -12,9 +15,60 @@ func TestRedactHidesSecretValuesAndKeepsTheRest(t *testing.T) {
 		{"PIN in the query", "pkcs11:token=a?pin-value=12?34&module-path=/m.so", "pkcs11:token=a?pin-value=REDACTED&module-path=/m.so"},
 		{"PIN in the path and the query", "pkcs11:pin-value=1?pin-value=2", "pkcs11:pin-value=REDACTED?pin-value=REDACTED"},
 		{"already redacted", "pkcs11:pin-value=REDACTED", "pkcs11:pin-value=REDACTED"},
+		{"attribute names in upper case", "PKCS11:token=a;PIN-VALUE=1234?module-path=/m.so", "PKCS11:token=a;PIN-VALUE=REDACTED?module-path=/m.so"},
+		{"attribute names in mixed case", "pkcs11:token=a?Pin-Value=1234&Module-Path=/m.so", "pkcs11:token=a?Pin-Value=REDACTED&Module-Path=/m.so"},
+		{"a PIN whose ';' was not escaped", "pkcs11:pin-value=12;34;token=a", "pkcs11:pin-value=REDACTED;token=a"},
+		{"a PIN whose '?' was not escaped in the path", "pkcs11:pin-value=12?34&module-path=/m.so", "pkcs11:pin-value=REDACTED&module-path=/m.so"},
+		{"a PIN with percent-encoded characters", "pkcs11:pin-value=12%3B34;token=a", "pkcs11:pin-value=REDACTED;token=a"},
+		{"pin-source naming a file or a variable is kept", "pkcs11:token=a?Pin-Source=file:/etc/pin&pin-source=env:PIN", "pkcs11:token=a?Pin-Source=file:/etc/pin&pin-source=env:PIN"},
+		{"pin-source holding a PIN is hidden", "pkcs11:token=a?pin-source=1234&module-path=/m.so", "pkcs11:token=a?pin-source=REDACTED&module-path=/m.so"},
+		{"URL user and password", "https://user:pw@kms.example:443/path", "https://REDACTED@kms.example:443/path"},
+		{"URL user only", "http://user@127.0.0.1:8080", "http://REDACTED@127.0.0.1:8080"},
+		{"URL password with an unescaped '/'", "https://user:p/w@host/", "https://REDACTED@host/"},
+		{"URL userinfo already redacted", "https://REDACTED@host", "https://REDACTED@host"},
+		{"a gRPC target with user and password", `dial tcp: address AK:pw@127.0.0.1:1: too many colons`, `dial tcp: address REDACTED@127.0.0.1:1: too many colons`},
+		{"an e-mail address or a label with '@' is kept", "mail ca@example.com; pkcs11:token=ops@corp;object=team:ca@prod; file:/k/a:b@c.pem", "mail ca@example.com; pkcs11:token=ops@corp;object=team:ca@prod; file:/k/a:b@c.pem"},
+		{"a placeholder pin-source in a help text is kept", "want pkcs11:token=…?pin-source=…", "want pkcs11:token=…?pin-source=…"},
+		{"endpoint with userinfo in a key URI", "awskms:key-id=k;region=eu-west-1?endpoint=https://ak:sk@h:1", "awskms:key-id=k;region=eu-west-1?endpoint=https://REDACTED@h:1"},
+		{"percent-encoded endpoint with userinfo", "awskms:key-id=k?endpoint=https%3A%2F%2Fak%3Ask%40h", "awskms:key-id=k?endpoint=https://REDACTED@h"},
+		{"credential query parameters", "https://h/p?X-Amz-Security-Token=t1&access_token=t2&client_secret=s&api-key=k&sig=x&keep=1", "https://h/p?X-Amz-Security-Token=REDACTED&access_token=REDACTED&client_secret=REDACTED&api-key=REDACTED&sig=REDACTED&keep=1"},
+		{"password parameter", "postgres://h/db?password=pw&sslmode=disable", "postgres://h/db?password=REDACTED&sslmode=disable"},
+		{"a token label is not a secret", "pkcs11:token=keyward;object=ca", "pkcs11:token=keyward;object=ca"},
+		{"free text quoting a URI", `open "PKCS11:token=a;pin-value=1234": no backend for scheme "PKCS11"`, `open "PKCS11:token=a;pin-value=REDACTED": no backend for scheme "PKCS11"`},
+		{"free text quoting a URL", `parse "https://u:pw@h/%zz": invalid URL escape "%zz"`, `parse "https://REDACTED@h/%zz": invalid URL escape "%zz"`},
+		{"file and gcpkms URIs", "file:/etc/ca.key?algorithm=ed25519 gcpkms:projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1", "file:/etc/ca.key?algorithm=ed25519 gcpkms:projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1"},
 	} {
-		if got := Redact(tc.in); got != tc.want {
-			t.Errorf("%s: Redact(%q) = %q, want %q", tc.name, tc.in, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			got := Redact(tc.in)
+			if got != tc.want {
+				t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if again := Redact(got); again != got {
+				t.Errorf("Redact is not idempotent: %q, then %q", got, again)
+			}
+		})
+	}
+}
+
+// Parse's errors about a URI that holds a secret do not quote the secret,
+// not even a piece of it cut off by an unescaped separator.
+func TestParseErrorsDoNotQuoteSecrets(t *testing.T) {
+	for _, tc := range []struct{ name, in string }{
+		{"an unescaped ';' in a PIN in the path", "pkcs11:token=a;pin-value=12;3456"},
+		{"an unescaped '&' in a PIN in the query", "pkcs11:token=a?pin-value=12&3456"},
+		{"a bad percent-escape in a PIN", "pkcs11:token=a;pin-value=3456%zz"},
+		{"a bad percent-escape in a password", "x:password=3456%zz"},
+		{"a repeated PIN", "pkcs11:pin-value=3456;PIN-VALUE=3456;pin-value=3456"},
+		{"an attribute without '=' after a PIN", "pkcs11:pin-value=3456;x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.in)
+			if err == nil {
+				t.Fatalf("Parse(%q) succeeded", tc.in)
+			}
+			if strings.Contains(err.Error(), "3456") {
+				t.Errorf("Parse(%q) error quotes the secret: %v", tc.in, err)
+			}
+		})
 	}
 }

@@ -22,13 +22,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
+	"github.com/keyward/keyward/internal/crc32c"
 	"github.com/keyward/keyward/internal/faults"
 	"github.com/keyward/keyward/internal/testkeys"
 	"google.golang.org/api/option"
@@ -49,6 +49,14 @@ const (
 	CreateCryptoKeyVersion = "CreateCryptoKeyVersion"
 	AsymmetricSign         = "AsymmetricSign"
 )
+
+// ChecksumMismatchMessage is Cloud KMS's INVALID_ARGUMENT message for a
+// request field that does not match its CRC32C, for field "digest" or
+// "data". The API asks clients to retry such a request a limited number
+// of times.
+func ChecksumMismatchMessage(field string) string {
+	return fmt.Sprintf("The checksum in field %s_crc32c did not match the data in field %s.", field, field)
+}
 
 // Always, as Inject's times, injects the fault into every call until
 // ClearFaults.
@@ -74,6 +82,11 @@ type Fault struct {
 	// UnverifiedChecksum makes AsymmetricSign answer as if it had not
 	// checked the request's digest or data CRC32C.
 	UnverifiedChecksum bool
+	// RefuseChecksum makes AsymmetricSign refuse a request that carries a
+	// digest or data CRC32C as Cloud KMS does when what it received does
+	// not match that checksum (corrupted on the way): INVALID_ARGUMENT with
+	// the service's message, ChecksumMismatchMessage.
+	RefuseChecksum bool
 	// WrongName makes the answer name another key version.
 	WrongName bool
 }
@@ -290,7 +303,7 @@ func (s *Server) GetPublicKey(ctx context.Context, req *kmspb.GetPublicKeyReques
 		return nil, status.Errorf(codes.Internal, "gcpkmsfake: encoding public key: %v", err)
 	}
 	p := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	sum := crc32c([]byte(p))
+	sum := crc32c.Checksum([]byte(p))
 	if f.CorruptChecksum {
 		sum++
 	}
@@ -353,8 +366,8 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 		}
 		msg = req.GetData()
 		if c := req.GetDataCrc32C(); c != nil {
-			if c.GetValue() != crc32c(msg) {
-				return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: data_crc32c does not match the data")
+			if f.RefuseChecksum || c.GetValue() != crc32c.Checksum(msg) {
+				return nil, status.Error(codes.InvalidArgument, ChecksumMismatchMessage("data"))
 			}
 			resp.VerifiedDataCrc32C = true
 		}
@@ -374,8 +387,8 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 			return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: %s needs a %v digest of %d bytes", v.pb.GetAlgorithm(), sp.hash, sp.hash.Size())
 		}
 		if c := req.GetDigestCrc32C(); c != nil {
-			if c.GetValue() != crc32c(msg) {
-				return nil, status.Errorf(codes.InvalidArgument, "gcpkmsfake: digest_crc32c does not match the digest")
+			if f.RefuseChecksum || c.GetValue() != crc32c.Checksum(msg) {
+				return nil, status.Error(codes.InvalidArgument, ChecksumMismatchMessage("digest"))
 			}
 			resp.VerifiedDigestCrc32C = true
 		}
@@ -392,7 +405,7 @@ func (s *Server) AsymmetricSign(ctx context.Context, req *kmspb.AsymmetricSignRe
 		return nil, status.Errorf(codes.Internal, "gcpkmsfake: signing: %v", err)
 	}
 	resp.Signature = sig
-	sum := crc32c(sig)
+	sum := crc32c.Checksum(sig)
 	if f.CorruptChecksum {
 		sum++
 	}
@@ -559,5 +572,3 @@ func validName(name string, n int) bool {
 
 // otherVersion is the name of a different version of the same key.
 func otherVersion(name string) string { return name + "0" }
-
-func crc32c(b []byte) int64 { return int64(crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/keyward/keyward/backends/uri"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 )
@@ -26,8 +27,33 @@ func NewCommand() *cobra.Command {
 		root.PersistentFlags().AddGoFlag(logFlags.Lookup(name))
 	}
 	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand())
+	redactErrors(root)
 	return root
 }
+
+// redactErrors makes every command's error, which cobra prints and main
+// returns, pass through uri.Redact: a key URI or endpoint quoted by a
+// configuration or flag error shows no PIN or credential. The original
+// error stays reachable through errors.Is and errors.As.
+func redactErrors(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if err := run(cmd, args); err != nil {
+				return &redactedError{err: err}
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		redactErrors(c)
+	}
+}
+
+// redactedError shows err's message without secrets.
+type redactedError struct{ err error }
+
+func (e *redactedError) Error() string { return uri.Redact(e.err.Error()) }
+func (e *redactedError) Unwrap() error { return e.err }
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{

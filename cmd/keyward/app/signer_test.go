@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/keyward/keyward/signer/config"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	validation "k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // The backends section reaches the registry's options; the flag replaces
@@ -69,7 +72,25 @@ func TestSignerCheckConfig(t *testing.T) {
 	if err := os.WriteFile(bad, bytes.Replace(full, []byte("maxLifetime: 24h"), []byte("maxLifetime: 30m"), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run("signer", "--check-config", bad); err == nil || !strings.Contains(err.Error(), "signers[0].maxLifetime") {
-		t.Fatalf("bad file: got %v, want an error naming signers[0].maxLifetime", err)
+	_, err = run("signer", "--check-config", bad)
+	if fe := fieldError(err, "signers[0].maxLifetime"); fe == nil || fe.Type != validation.ErrorTypeInvalid {
+		t.Fatalf("bad file: got %v, want a field.Error of type %s for signers[0].maxLifetime", err, validation.ErrorTypeInvalid)
 	}
+}
+
+// fieldError finds the *field.Error for path in err, which is one or wraps
+// one, or wraps an aggregate of them (field.ErrorList.ToAggregate).
+func fieldError(err error, path string) *validation.Error {
+	errs := []error{err}
+	var agg utilerrors.Aggregate
+	if errors.As(err, &agg) {
+		errs = agg.Errors()
+	}
+	for _, e := range errs {
+		var fe *validation.Error
+		if errors.As(e, &fe) && fe.Field == path {
+			return fe
+		}
+	}
+	return nil
 }
