@@ -56,8 +56,11 @@ type SignerConfiguration struct {
 	// timeouts).
 	Backends Backends `json:"backends,omitempty"`
 	// Events says which Kubernetes Events the signer records.
-	Events  Events   `json:"events,omitempty"`
-	Signers []Signer `json:"signers"`
+	Events Events `json:"events,omitempty"`
+	// Profiling serves Go's pprof handlers under /debug/pprof/ on the
+	// metrics address (default false), like Kubernetes' --profiling.
+	Profiling bool     `json:"profiling,omitempty"`
+	Signers   []Signer `json:"signers"`
 }
 
 // KubeClient says how to reach the apiserver.
