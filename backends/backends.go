@@ -96,7 +96,7 @@ func NewKeyInfo(pub crypto.PublicKey, alg Algorithm, version, keyURI string) (Ke
 	if version == "" {
 		version = fp
 	}
-	return KeyInfo{pub: pub, alg: alg, version: version, fingerprint: fp, uri: uri.Redact(keyURI)}, nil
+	return KeyInfo{pub: pub, alg: alg, version: version, fingerprint: fp, uri: uri.RedactURI(keyURI)}, nil
 }
 
 func (k KeyInfo) Public() crypto.PublicKey                    { return k.pub }

@@ -3,6 +3,7 @@ package backends
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/keyward/keyward/backends/uri"
 )
@@ -35,6 +36,9 @@ type Error struct {
 	URI  string
 	Part string // e.g. "token", "object", "module-path", "key-id"
 	Err  error
+	// raw is the key URI as given: Error replaces it wherever Err quotes
+	// it, since free-text redaction cannot always tell where a secret ends.
+	raw string
 }
 
 // Error is the message, passed through uri.Redact as a last line of
@@ -54,6 +58,9 @@ func (e *Error) Error() string {
 	if e.Err == nil || !errors.Is(e.Err, e.Kind) {
 		msg += " (" + e.Kind.Error() + ")"
 	}
+	if e.raw != "" && e.raw != e.URI {
+		msg = strings.ReplaceAll(msg, e.raw, e.URI)
+	}
 	return uri.Redact(msg)
 }
 
@@ -69,7 +76,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf builds an *Error of kind for op on keyURI (redacted), blaming part.
 func Errorf(kind error, op, keyURI, part, format string, args ...any) error {
-	return &Error{Kind: kind, Op: op, URI: uri.Redact(keyURI), Part: part, Err: fmt.Errorf(format, args...)}
+	return &Error{Kind: kind, Op: op, URI: uri.RedactURI(keyURI), Part: part, Err: fmt.Errorf(format, args...), raw: keyURI}
 }
 
 // Wrap wraps err as an *Error of kind for op on keyURI (redacted), unless
@@ -82,7 +89,7 @@ func Wrap(kind error, op, keyURI, part string, err error) error {
 	if errors.As(err, &be) {
 		return err
 	}
-	return &Error{Kind: kind, Op: op, URI: uri.Redact(keyURI), Part: part, Err: err}
+	return &Error{Kind: kind, Op: op, URI: uri.RedactURI(keyURI), Part: part, Err: err, raw: keyURI}
 }
 
 // OptionError is a backend option (a field of a backend's Options, such as

@@ -2,6 +2,7 @@ package softhsmtests
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"os"
 	"strings"
@@ -14,7 +15,9 @@ import (
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/internal/faults"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -165,30 +168,12 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 				if c := condition(got); c.Type != "Issued" {
 					t.Fatalf("%s: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
 				}
-				leaf := parseChain(t, got.Status.CertificateChain, root)
-				d := sha256.Sum256(leaf.RawTBSCertificate)
-				leaves[string(d[:])] = p.Name
+				leaves[tbsDigest(t, got, root)] = p.Name
 				if lt := got.Status.Conditions[0].LastTransitionTime.Time; lt.After(lastIssued) {
 					lastIssued = lt
 				}
 			}
-			probe := sha256.Sum256([]byte("keyward readiness probe"))
-			perLeaf := map[string]int{}
-			wasted := 0
-			for _, r := range kms.SignRequests()[signedBefore:] {
-				switch {
-				case leaves[string(r.Message)] != "":
-					perLeaf[string(r.Message)]++
-				case string(r.Message) == string(probe[:]):
-				default:
-					wasted++
-				}
-			}
-			for d, pcr := range leaves {
-				if perLeaf[d] != 1 {
-					t.Errorf("%s: its certificate was signed %d times by the KMS, want 1", pcr, perLeaf[d])
-				}
-			}
+			wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leaves)
 			t.Logf("%d issued, the last %s after the stop (lease duration 4s); %d KMS signatures for no issued certificate",
 				len(leaves), lastIssued.Sub(stopped).Round(time.Second), wasted)
 			if tc.graceful && wasted != 0 {
@@ -201,5 +186,73 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 				t.Fatalf("replica-b never led:\n%s", b.Output())
 			}
 		})
+	}
+}
+
+// tbsDigest is the SHA-256 of an issued PCR's leaf's to-be-signed bytes:
+// what keyward asks the KMS to sign for it.
+func tbsDigest(t *testing.T, p *certv1.PodCertificateRequest, root *x509.Certificate) string {
+	t.Helper()
+	leaf := parseChain(t, p.Status.CertificateChain, root)
+	d := sha256.Sum256(leaf.RawTBSCertificate)
+	return string(d[:])
+}
+
+// checkOneSignatureEach checks, from the AWS KMS fake's record of the
+// digests it signed, that each issued leaf (digest → PCR name) was signed
+// exactly once, and returns how many signatures match no issued leaf and
+// are not readiness probes (wasted CA-key signatures).
+func checkOneSignatureEach(t *testing.T, signed []awskmsfake.SignRequest, leaves map[string]string) int {
+	t.Helper()
+	probe := sha256.Sum256([]byte("keyward readiness probe"))
+	perLeaf := map[string]int{}
+	wasted := 0
+	for _, r := range signed {
+		switch {
+		case leaves[string(r.Message)] != "":
+			perLeaf[string(r.Message)]++
+		case string(r.Message) == string(probe[:]):
+		default:
+			wasted++
+		}
+	}
+	for d, pcr := range leaves {
+		if perLeaf[d] != 1 {
+			t.Errorf("%s: its certificate was signed %d times by the KMS, want 1", pcr, perLeaf[d])
+		}
+	}
+	return wasted
+}
+
+// The KMS answers ServiceUnavailable to every call for a few seconds in
+// the middle of a burst: every request is issued once it is back, none is
+// Failed, and the KMS signed each certificate once and nothing else.
+func TestKMSOutageDuringABurstSignsEachRequestOnce(t *testing.T) {
+	ctx := testContext(t)
+	kms := awskmsfake.Start(awskmsfake.Options{})
+	defer kms.Close()
+	var opts all.Options
+	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
+	suffix := uniqueName(t, "ko")
+	name := "keyward.dev/kms-outage-" + suffix
+	keyURI, caFile, root := newCA(t, opts, "awskms:region=eu-west-1?endpoint="+kms.URL(), "ca-"+suffix)
+	runSignerWith(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "kms-outage", pcr.V1, opts)
+	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	signedBefore := len(kms.SignRequests())
+
+	kms.Inject(awskmsfake.Sign, awskmsfake.Fault{Code: "KMSInternalException"}, faults.Always)
+	burst := createBurst(t, w, name, 20)
+	time.Sleep(5 * time.Second)
+	kms.ClearFaults()
+	leaves := map[string]string{}
+	for _, p := range burst {
+		got := waitTerminal(t, ctx, p, 60*time.Second)
+		if c := condition(got); c.Type != "Issued" {
+			t.Fatalf("%s after the outage: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
+		}
+		leaves[tbsDigest(t, got, root)] = p.Name
+	}
+	if wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leaves); wasted != 0 {
+		t.Errorf("%d KMS signatures for no issued certificate, want 0", wasted)
 	}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // Secrets the URIs below carry; none may appear in any error.
-var secrets = []string{"314159", "27182", "hunter2", "AKIDLEAKED"}
+var secrets = []string{"314159", "27182", "hunter2", "AKIDLEAKED", "kq7zz", "wq8yy"}
 
 // mistakes are key URIs that carry a PIN or a credential and are wrong in
 // one way each, so that opening or creating them fails.
@@ -35,6 +35,10 @@ func mistakes(t *testing.T) []struct{ name, uri string } {
 		{"a PIN with an unescaped ';'", "pkcs11:token=a;object=ca;pin-value=31415;9?" + module},
 		{"a PIN with an unescaped '&' in the query", "pkcs11:token=a;object=ca?pin-value=314&159&" + module},
 		{"a PIN with an unescaped '?' in the path", "pkcs11:token=a;object=ca;pin-value=314?159;" + module},
+		{"a PIN with a space", "pkcs11:token=a;object=ca?" + module + "&pin-value=kq7zz wq8yy"},
+		{"a PIN with a double quote", "pkcs11:token=a;object=ca?" + module + `&pin-value=kq7zz"wq8yy`},
+		{"a PIN with a single quote, in upper case", "pkcs11:token=a;object=ca?" + module + "&PIN-VALUE=kq7zz'wq8yy"},
+		{"a PIN with a tab in the path", "pkcs11:token=a;object=ca;pin-value=kq7zz\twq8yy?" + module},
 		{"a PIN and an unknown attribute", "pkcs11:token=a;object=ca;bogus=1;pin-value=314159?" + module},
 		{"a PIN and a module that is not allowed", "pkcs11:token=a;object=ca;pin-value=314159?module-path=/tmp/evil.so"},
 		{"a PIN where its source belongs, and a module that is not allowed", "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&pin-source=314159"},

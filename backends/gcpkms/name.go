@@ -27,7 +27,7 @@ func collections() []string {
 // crypto key version when version is true (Open), else a crypto key
 // (CreateKey). Errors wrap backends.ErrInvalidURI and name the part at fault.
 func parseURI(op, raw string, version bool) (string, error) {
-	shown := uri.Redact(raw)
+	shown := uri.RedactURI(raw)
 	u, err := uri.Parse(raw)
 	if err != nil {
 		scheme, rest, _ := strings.Cut(raw, ":")

@@ -49,12 +49,16 @@ var knownAttrs = []string{"token", "serial", "object", "id", "type", "module-pat
 
 func parseLocation(op, raw string, allowed []string) (location, error) {
 	u, err := uri.Parse(raw)
-	if err != nil || u.Scheme != Scheme {
-		return location{}, backends.Errorf(backends.ErrInvalidURI, op, uri.Redact(raw), "scheme", "want pkcs11:token=…;object=…?module-path=…&pin-source=…")
+	if err != nil {
+		// Parse's errors name the attribute at fault and quote no secret.
+		return location{}, backends.Errorf(backends.ErrInvalidURI, op, raw, "", "%v (want pkcs11:token=…;object=…?module-path=…&pin-source=…)", err)
 	}
-	red := uri.Redact(raw)
-	if u.Attr("pin-value") != "" {
-		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, "pin-value",
+	if u.Scheme != Scheme {
+		return location{}, backends.Errorf(backends.ErrInvalidURI, op, raw, "scheme", "want pkcs11:token=…;object=…?module-path=…&pin-source=…")
+	}
+	red := raw // Errorf redacts it
+	if s := u.Secrets(); len(s) > 0 {
+		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, s[0],
 			"PINs are not accepted in URIs: use pin-source=file:/path or pin-source=env:NAME")
 	}
 	if u.Attr("slot-id") != "" {

@@ -49,5 +49,5 @@ func (*Provider) CreateKey(_ context.Context, req backends.CreateKeyRequest) (ba
 }
 
 func noCgo(op, raw string) error {
-	return &backends.Error{Kind: backends.ErrUnsupportedAlgorithm, Op: op, URI: uri.Redact(raw), Part: "scheme", Err: ErrNoCgo}
+	return &backends.Error{Kind: backends.ErrUnsupportedAlgorithm, Op: op, URI: uri.RedactURI(raw), Part: "scheme", Err: ErrNoCgo}
 }

@@ -249,3 +249,76 @@ func normalize(name string) string {
 		return r
 	}, name)
 }
+
+// RedactURI is Redact for a string known to be one key URI or URL, not free
+// text: a value ends only at ';', '&', '#' and (before the query) '?', so a
+// secret holding white space or a quote is hidden whole. A secret value
+// runs on over following segments that are not name=value, as in Redact.
+func RedactURI(s string) string {
+	var b strings.Builder
+	inQuery, inSecret, start := false, false, 0
+	segment := func(seg string) {
+		eq := strings.IndexByte(seg, '=')
+		switch {
+		case inSecret && eq < 0 && seg != "":
+			// The rest of a secret whose separator was not escaped.
+		case eq >= 0 && secret(nameBefore(seg, eq), seg[eq+1:]):
+			b.WriteString(seg[:eq+1] + Redacted)
+			inSecret = true
+		default:
+			b.WriteString(seg)
+			inSecret = false
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == ';' || c == '&' || c == '#' || (c == '?' && !inQuery) {
+			segment(s[start:i])
+			next := i + 1
+			// Keep the separator unless it only continues a secret.
+			if !(inSecret && next < len(s) && !strings.Contains(s[next:segEnd(s, next, inQuery || c == '?')], "=")) {
+				b.WriteByte(c)
+			}
+			inQuery = inQuery || c == '?'
+			start = next
+		}
+	}
+	segment(s[start:])
+	return Redact(redactURIUserinfo(b.String()))
+}
+
+// redactURIUserinfo hides the user information of every "scheme://…@host"
+// in s, wherever the authority ends ('/', '?', '#', '&', ';' or the end),
+// white space included.
+func redactURIUserinfo(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "://")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		auth := i + 3
+		end := auth
+		for end < len(s) && strings.IndexByte("/?#&;", s[end]) < 0 {
+			end++
+		}
+		at := strings.LastIndexByte(s[auth:end], '@')
+		if at < 0 || s[auth:auth+at] == Redacted {
+			b.WriteString(s[:end])
+		} else {
+			b.WriteString(s[:auth] + Redacted + s[auth+at:end])
+		}
+		s = s[end:]
+	}
+}
+
+// segEnd is where the URI segment starting at s[start] ends.
+func segEnd(s string, start int, inQuery bool) int {
+	for j := start; j < len(s); j++ {
+		if c := s[j]; c == ';' || c == '&' || c == '#' || (c == '?' && !inQuery) {
+			return j
+		}
+	}
+	return len(s)
+}

@@ -31,7 +31,7 @@ type URI struct {
 func Parse(s string) (*URI, error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok || scheme == "" {
-		return nil, fmt.Errorf("no scheme in %q", Redact(s))
+		return nil, fmt.Errorf("no scheme in %q", RedactURI(s))
 	}
 	u := &URI{Scheme: scheme, Query: map[string]string{}}
 	opaque, query, _ := strings.Cut(rest, "?")
@@ -39,14 +39,14 @@ func Parse(s string) (*URI, error) {
 	if strings.Contains(opaque, "=") {
 		attrs, err := parseAttrs(opaque, ";")
 		if err != nil {
-			return nil, fmt.Errorf("path of %q: %w", Redact(s), err)
+			return nil, fmt.Errorf("path of %q: %w", RedactURI(s), err)
 		}
 		u.Path = attrs
 	}
 	if query != "" {
 		attrs, err := parseAttrs(query, "&")
 		if err != nil {
-			return nil, fmt.Errorf("query of %q: %w", Redact(s), err)
+			return nil, fmt.Errorf("query of %q: %w", RedactURI(s), err)
 		}
 		u.Query = attrs
 	}
@@ -90,6 +90,21 @@ func (u *URI) Attr(name string) string {
 		return v
 	}
 	return u.Query[name]
+}
+
+// Secrets returns the names of the attributes (path and query) that hold
+// secrets (IsSecret: pin-value, password, …, in any case), sorted.
+func (u *URI) Secrets() []string {
+	var out []string
+	for _, m := range []map[string]string{u.Path, u.Query} {
+		for k := range m {
+			if IsSecret(k) {
+				out = append(out, k)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Unknown returns the attribute names (path and query) not in allowed, sorted.

@@ -72,3 +72,29 @@ func TestParseErrorsDoNotQuoteSecrets(t *testing.T) {
 		})
 	}
 }
+
+// A secret in one key URI is hidden whole, white space, quotes and
+// unescaped separators included: free-text redaction cannot know where
+// such a value ends, RedactURI can.
+func TestRedactURIHidesWholeValues(t *testing.T) {
+	for _, tc := range []struct{ in, secret string }{
+		{"pkcs11:token=a;object=b?module-path=/m.so&pin-value=12 34", "34"},
+		{`pkcs11:token=a;object=b?module-path=/m.so&pin-value=ab"cd`, `cd`},
+		{"pkcs11:token=a;object=b?module-path=/m.so&pin-value=se cret'tail&x=1", "tail"},
+		{"pkcs11:token=a;pin-value=12;34;object=b?module-path=/m.so", "34"},
+		{"pkcs11:token=a;object=b?module-path=/m.so&PIN-VALUE=99\t88", "88"},
+		{"awskms:region=x?endpoint=https://user:p w@h", "p w"},
+	} {
+		got := RedactURI(tc.in)
+		if strings.Contains(got, tc.secret) {
+			t.Errorf("RedactURI(%q) = %q: shows %q", tc.in, got, tc.secret)
+		}
+		if !strings.Contains(got, Redacted) {
+			t.Errorf("RedactURI(%q) = %q: nothing redacted", tc.in, got)
+		}
+	}
+	plain := "pkcs11:token=a;object=b c?module-path=/m.so&pin-source=file:/p"
+	if got := RedactURI(plain); got != plain {
+		t.Errorf("RedactURI(%q) = %q, want it unchanged", plain, got)
+	}
+}

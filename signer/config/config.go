@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/backends/uri"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
@@ -206,7 +207,8 @@ func Load(path string) (*SignerConfiguration, error) {
 // field's path, field names are case-sensitive), defaults and validates data.
 func Parse(data []byte) (*SignerConfiguration, error) {
 	var cfg SignerConfiguration
-	js, err := yaml.YAMLToJSON(data)
+	// Strict: a key given twice is an error, not "the last one wins".
+	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("decoding: %w", err)
 	}
@@ -361,6 +363,8 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	}
 	if s.CA.KeyURI == "" {
 		errs = append(errs, field.Required(cp.Child("keyURI"), "e.g. pkcs11:token=…;object=…?module-path=…&pin-source=file:…"))
+	} else if err := checkKeyURI(s.CA.KeyURI); err != nil {
+		errs = append(errs, field.Invalid(cp.Child("keyURI"), uri.RedactURI(s.CA.KeyURI), err.Error()))
 	}
 	if s.PodIdentity != nil && s.Profile != ProfilePodIdentity {
 		errs = append(errs, field.Invalid(p.Child("podIdentity"), *s.PodIdentity, "applies only to profile "+ProfilePodIdentity))
@@ -417,6 +421,32 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.NotSupported(rp.Child("onLimit"), s.RateLimits.OnLimit, []string{"delay", "deny"}))
 	}
 	return errs
+}
+
+// keyURISchemes are the backends keyward has.
+var keyURISchemes = []string{"file", "pkcs11", "gcpkms", "awskms"}
+
+// checkKeyURI finds the mistakes a key URI shows without opening the key:
+// its scheme, its syntax, a secret written into it. The backend checks the
+// rest when the signer opens the key.
+func checkKeyURI(keyURI string) error {
+	u, err := uri.Parse(keyURI)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(keyURISchemes, u.Scheme) {
+		if slices.Contains(keyURISchemes, strings.ToLower(u.Scheme)) {
+			return fmt.Errorf("scheme %q: schemes are lower case, %q", u.Scheme, strings.ToLower(u.Scheme))
+		}
+		return fmt.Errorf("unknown scheme %q (known: %s)", u.Scheme, strings.Join(keyURISchemes, ", "))
+	}
+	if secrets := u.Secrets(); len(secrets) > 0 {
+		return fmt.Errorf("%s: secrets are not accepted in key URIs; give a PIN by pin-source=file:/path or pin-source=env:NAME", secrets[0])
+	}
+	if ps := u.Attr("pin-source"); ps != "" && !strings.HasPrefix(ps, "file:") && !strings.HasPrefix(ps, "env:") {
+		return errors.New("pin-source: must be file:/path or env:NAME (the PIN itself never goes in the URI)")
+	}
+	return nil
 }
 
 func checkPattern(p string) error {

@@ -71,6 +71,13 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a rate limit without qps", "perNode: {qps: 10, burst: 20}", "perNode: {qps: 0, burst: 20}", "signers[2].rateLimits.perNode"},
 		{"an unknown limit action", "onLimit: deny", "onLimit: drop", "signers[2].rateLimits.onLimit"},
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
+		{"a field given twice", "workers: 8", "workers: 8\nworkers: 3", `"workers" already set`},
+		{"a signer field given twice", "maxLifetime: 24h", "maxLifetime: 24h\n  maxLifetime: 2h", `"maxLifetime" already set`},
+		{"a PIN in the key URI", "pin-source=file:/etc/keyward/pin", "pin-value=9731", "signers[0].ca.keyURI"},
+		{"a PIN with a space in the key URI", "pin-source=file:/etc/keyward/pin", "Pin-Value=97 31", "signers[0].ca.keyURI"},
+		{"a PIN where its source belongs", "pin-source=file:/etc/keyward/pin", "pin-source=9731", "signers[0].ca.keyURI"},
+		{"an upper-case key URI scheme", "keyURI: file:/etc/keyward/spiffe/ca.key", "keyURI: FILE:/etc/keyward/spiffe/ca.key", "signers[1].ca.keyURI"},
+		{"an unknown key URI scheme", "keyURI: file:/etc/keyward/spiffe/ca.key", "keyURI: vault:/ca", "signers[1].ca.keyURI"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +91,9 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.wantField) {
 				t.Fatalf("error %q does not name %s", err, tc.wantField)
+			}
+			if strings.Contains(err.Error(), "9731") || strings.Contains(err.Error(), "97 31") || strings.Contains(err.Error(), " 31") {
+				t.Fatalf("error %q shows the PIN", err)
 			}
 		})
 	}
@@ -126,6 +136,9 @@ func TestPodIdentityCriticality(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.wantField) {
 				t.Fatalf("error %q does not name %s", err, tc.wantField)
+			}
+			if strings.Contains(err.Error(), "9731") || strings.Contains(err.Error(), "97 31") || strings.Contains(err.Error(), " 31") {
+				t.Fatalf("error %q shows the PIN", err)
 			}
 		})
 	}

@@ -461,3 +461,25 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// keyward_pcr_pending_requests counts a request waiting for a retry (which
+// the work queue's length does not), until it is written.
+func TestPendingCountsRequestsWaitingForARetry(t *testing.T) {
+	h := newHarness(t, nil)
+	h.key.setErr(&backends.Error{Kind: backends.ErrTransient, Op: "sign", Err: io.ErrUnexpectedEOF})
+	k := h.add(testPCR(t, h.signer.Name))
+	h.c.enqueue(h.signer.Name, h.c.signers[h.signer.Name].informer.GetIndexer().List()[0])
+	if _, err := h.sync(k); err == nil {
+		t.Fatal("want a retry")
+	}
+	if n := h.c.records.pending(); n != 1 {
+		t.Fatalf("pending = %d while the request waits for a retry, want 1", n)
+	}
+	h.key.setErr(nil)
+	if _, err := h.sync(k); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.c.records.pending(); n != 0 {
+		t.Fatalf("pending = %d after the request was issued, want 0", n)
+	}
+}

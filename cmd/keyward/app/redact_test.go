@@ -15,7 +15,7 @@ import (
 )
 
 // Secrets the URIs and configurations below carry.
-var secrets = []string{"314159", "hunter2", "AKIDLEAKED"}
+var secrets = []string{"314159", "27182", "hunter2", "AKIDLEAKED"}
 
 // `keyward key inspect` and `key create` print no PIN or credential, whatever
 // is wrong with the URI or endpoint that carries it.
@@ -30,6 +30,7 @@ func TestKeyCommandsShowNoSecrets(t *testing.T) {
 		{name: "an unknown scheme", uri: "nosuch:token=a;pin-value=314159"},
 		{name: "an upper-case scheme", uri: "PKCS11:token=a;object=ca;pin-value=314159?" + module},
 		{name: "a PIN in the path", uri: "pkcs11:token=a;object=ca;pin-value=314159?" + module},
+		{name: "a PIN with a space and a quote", uri: "pkcs11:token=a;object=ca?" + module + `&pin-value=314159 27182"hunter2`},
 		{name: "a PIN in the query, in mixed case", uri: "pkcs11:token=a;object=ca?" + module + "&Pin-Value=314159"},
 		{name: "a PIN and an unknown attribute", uri: "pkcs11:token=a;object=ca;bogus=1?" + module + "&PIN-VALUE=314159"},
 		{name: "a PIN where its source belongs", uri: "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&pin-source=314159"},
