@@ -32,7 +32,7 @@ func newSignerCommand() *cobra.Command {
 				if _, err := config.Load(o.checkConfig); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid %s %s\n", o.checkConfig, config.APIVersion, config.Kind)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid %s %s (CA certificate files and keys are opened only when the signer starts)\n", o.checkConfig, config.APIVersion, config.Kind)
 				return nil
 			}
 			if o.configFile == "" {
