@@ -280,3 +280,37 @@ func TestReviewARecordIsNotRecreatedAfterTheInformerShowedTheRequestTerminal(t *
 		t.Errorf("%d records left for a request the informer showed terminal; want 0", n)
 	}
 }
+
+// A signer whose clock is 6 minutes slow (NTP broken on its node) fails
+// every request permanently, two CA-key signatures each: kubelet never
+// starts those pods, even after the clock is fixed. Skew is a property of
+// the signer, not of the request: once a fresh signature is refused for
+// its notBefore, the signer should stop signing for that CA key (like a
+// missing grant: unready, logged, a metric) and let requests wait.
+func TestReviewClockSkewIsNotAPermanentFailureOfEveryRequest(t *testing.T) {
+	h := newHarness(t, nil)
+	h.answer = func(_ int, p *certv1.PodCertificateRequest) error {
+		apiserverNow := h.clock.Now().Add(6 * time.Minute)
+		if p.Status.NotBefore != nil && apiserverNow.Sub(p.Status.NotBefore.Time) > 5*time.Minute {
+			return invalid(field.Invalid(field.NewPath("status", "notBefore"), p.Status.NotBefore.Time,
+				"must be set to within 5 minutes of kube-apiserver's current time"))
+		}
+		return nil
+	}
+	failed := 0
+	for i := range 5 {
+		p := testPCR(t, h.signer.Name)
+		p.Name, p.UID = fmt.Sprintf("pcr-%d", i), types.UID(fmt.Sprintf("uid-%d", i))
+		k := h.add(p)
+		for range 3 {
+			_, _ = h.sync(k)
+		}
+		if typ, _ := condOf(h.get(k)); typ == "Failed" {
+			failed++
+		}
+	}
+	if failed > 0 || h.key.calls.Load() > 2 {
+		t.Errorf("a 6-minute slow signer clock: %d of 5 requests Failed for good, %d CA-key signatures; want none Failed and at most 2 signatures",
+			failed, h.key.calls.Load())
+	}
+}
