@@ -152,11 +152,24 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 	var (
 		mu      sync.Mutex
 		stopped bool
+		leading bool
 		leadErr error
 		running sync.WaitGroup
 	)
-	electCtx, stopElecting := context.WithCancel(ctx)
+	// The elector runs on its own context: when ctx ends while leading, the
+	// Lease is kept (and renewed) until lead has returned, and only then
+	// released, so that no standby issues while lead finishes the requests
+	// it holds. When ctx ends while standing by, the elector stops at once.
+	electCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElecting()
+	stopWhenDone := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !leading {
+			stopElecting()
+		}
+	})
+	defer stopWhenDone()
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   le.LeaseDuration,
@@ -165,12 +178,14 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 		ReleaseOnCancel: true,
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(electedCtx context.Context) {
 				mu.Lock()
-				if stopped {
+				if stopped || ctx.Err() != nil {
 					mu.Unlock()
+					stopElecting()
 					return
 				}
+				leading = true
 				running.Add(1)
 				mu.Unlock()
 				defer running.Done()
@@ -178,16 +193,22 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 				if le.OnLeading != nil {
 					le.OnLeading()
 				}
-				err := lead(ctx)
-				if ctx.Err() == nil {
+				// lead's context ends when the Lease is lost or ctx ends.
+				leadCtx, cancelLead := context.WithCancel(electedCtx)
+				defer cancelLead()
+				stopLead := context.AfterFunc(ctx, cancelLead)
+				defer stopLead()
+				err := lead(leadCtx)
+				if electedCtx.Err() == nil && ctx.Err() == nil {
 					if err == nil {
 						err = errors.New("stopped while still leading")
 					}
 					mu.Lock()
 					leadErr = err
 					mu.Unlock()
-					stopElecting() // releases the Lease (ReleaseOnCancel)
 				}
+				// lead has returned: release the Lease (ReleaseOnCancel).
+				stopElecting()
 			},
 			OnStoppedLeading: func() { close(lost) },
 			OnNewLeader: func(identity string) {

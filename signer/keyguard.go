@@ -46,8 +46,11 @@ type signObserver func(backend string, d time.Duration, err error)
 type keyOptions struct {
 	// Clock measures durations and paces probes (default the real clock).
 	Clock clock.Clock
-	// MaxStuck caps the backend calls that outlived their caller's context
-	// and have not returned (default defaultMaxStuck). Negative is refused.
+	// MaxStuck: while this many calls outlived their caller's context and
+	// have not returned, no new call reaches the backend. Calls already in
+	// the backend when it hangs may all become stuck, so up to MaxStuck +
+	// (concurrent callers − 1) can be stuck at once; a new call never adds
+	// to them. Default defaultMaxStuck; negative is refused.
 	MaxStuck int
 	// CloseWait bounds how long Close waits for backend calls still running
 	// (default defaultCloseWait).

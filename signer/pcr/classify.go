@@ -103,7 +103,13 @@ func classifyWrite(err error) writeResult {
 	case apierrors.IsConflict(err):
 		return writeConflict
 	case apierrors.IsForbidden(err):
-		return writeNoPermission
+		// RBAC says "User … cannot update resource …"; an admission
+		// webhook or policy that denies the write answers 403 too, and
+		// that is a refusal of this status, not a missing grant.
+		if strings.Contains(err.Error(), " cannot update resource ") {
+			return writeNoPermission
+		}
+		return writeRejected
 	case apierrors.IsInvalid(err):
 		return classifyInvalid(err)
 	}

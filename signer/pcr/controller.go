@@ -51,10 +51,6 @@ const (
 	// ReasonStatusRejected: kube-apiserver refused the Issued status for a
 	// reason signing again cannot cure.
 	ReasonStatusRejected = "StatusRejected"
-	// ReasonNotBeforeRejected: kube-apiserver refused the leaf's notBefore
-	// as outside its ±5 minute window twice, the second time for a fresh
-	// signature: the signer's and the apiserver's clocks disagree.
-	ReasonNotBeforeRejected = "NotBeforeRejected"
 )
 
 // Event reasons besides the condition reasons.
@@ -62,6 +58,7 @@ const (
 	EventSigningDelayed    = "SigningDelayed"
 	EventPermissionMissing = "PermissionMissing"
 	EventStatusRejected    = "StatusRejected"
+	EventClockSkew         = "ClockSkew"
 )
 
 // Limits kube-apiserver puts on an issued certificate.
@@ -82,6 +79,19 @@ const (
 	// finishTimeout bounds the status write of a request in flight when
 	// shutdown begins (beyond the signature's own SignTimeout).
 	finishTimeout = 10 * time.Second
+	// outageGap: a CA key with no failed signature for this long is no
+	// longer in the outage that failAfter counts.
+	outageGap = time.Minute
+	// agedAfter: a certificate keyward has held this long may have aged out
+	// of kube-apiserver's ±5 minute notBefore window on its own; its refusal
+	// says nothing about clock skew.
+	agedAfter = time.Minute
+	// skewWait: after kube-apiserver refused the notBefore of a fresh
+	// signature, the signer signs nothing for this long, then tries again.
+	skewWait = time.Minute
+	// loudRetries: a request still retrying after this many attempts is
+	// logged at default verbosity (once).
+	loudRetries = 5
 )
 
 // Signer is one signer name the controller owns, with its policy.
@@ -150,26 +160,66 @@ type signerState struct {
 
 	mu sync.Mutex
 	// outageSince is the first failed signature of the CA key's current
-	// outage; zero while it signs.
-	outageSince time.Time
+	// outage, lastFailure its latest; zero while it signs.
+	outageSince, lastFailure time.Time
+	// skewSince is when kube-apiserver first refused the notBefore of a
+	// fresh signature (the clocks disagree); no signing until skewRetry.
+	skewSince, skewRetry time.Time
 }
 
 // failing notes a transient failure at now and returns when the current
-// outage began.
-func (s *signerState) failing(now time.Time) time.Time {
+// outage began and whether it began now. An outage ends at the next
+// successful signature, or when no failure was seen for outageGap (the
+// backend may have come back while nothing needed signing).
+func (s *signerState) failing(now time.Time) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.outageSince.IsZero() {
+	began := s.outageSince.IsZero() || now.Sub(s.lastFailure) > outageGap
+	if began {
 		s.outageSince = now
 	}
-	return s.outageSince
+	s.lastFailure = now
+	return s.outageSince, began
 }
 
-// signed ends the current outage, if any.
-func (s *signerState) signed() {
+// signed ends the current outage, if any, and returns when it began.
+func (s *signerState) signed() time.Time {
 	s.mu.Lock()
-	s.outageSince = time.Time{}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	since := s.outageSince
+	s.outageSince, s.lastFailure = time.Time{}, time.Time{}
+	return since
+}
+
+// skewed notes a fresh signature refused for its notBefore: the signer
+// signs nothing more for skewWait. It returns whether skew was not
+// suspected before.
+func (s *signerState) skewed(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := s.skewSince.IsZero()
+	if first {
+		s.skewSince = now
+	}
+	s.skewRetry = now.Add(skewWait)
+	return first
+}
+
+// skewWaitLeft is how long signing stays paused for suspected clock skew.
+func (s *signerState) skewWaitLeft(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skewRetry.Sub(now)
+}
+
+// written ends a suspected skew (kube-apiserver accepted a certificate)
+// and returns since when it was suspected.
+func (s *signerState) written() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since := s.skewSince
+	s.skewSince, s.skewRetry = time.Time{}, time.Time{}
+	return since
 }
 
 type allowAll struct{}
@@ -318,16 +368,22 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	// A request being worked on when shutdown begins is finished (its
-	// certificate written), not dropped after the CA key signed it: the
-	// next leader would sign it again. Bounded by the sign timeout.
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
-	defer cancel()
-	requeueAfter, err := c.sync(ictx, key)
+	if ctx.Err() != nil {
+		// Shutting down (or the Lease is gone): the work queue still hands
+		// out what it holds, but nothing new is started; the next leader
+		// lists these requests again.
+		return false
+	}
+	requeueAfter, err := c.sync(ctx, key)
 	switch {
 	case err != nil:
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
-		klog.FromContext(ctx).V(2).Info("Retrying", "pcr", klog.KRef(key.namespace, key.name), "err", err)
+		logger := klog.FromContext(ctx)
+		if n := c.queue.NumRequeues(key); n == loudRetries {
+			logger.Error(err, "Request still not done; retrying with backoff", "pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", n+1)
+		} else {
+			logger.V(2).Info("Retrying", "pcr", klog.KRef(key.namespace, key.name), "err", err)
+		}
 		c.queue.AddRateLimited(key)
 	case requeueAfter > 0:
 		c.queue.Forget(key)
@@ -340,8 +396,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 
 // sync brings one request to a terminal status. A returned error means a
 // transient failure: the key is retried with backoff; a positive duration
-// means "look again then".
+// means "look again then". Once ctx has ended no new signature starts; a
+// signature under way and the write of a certificate already signed are
+// finished on a context of their own (bounded by SignTimeout +
+// finishTimeout), so that the next leader need not sign them again.
 func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, error) {
+	stop := ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
+	defer cancel()
 	s := c.signers[key.signer]
 	obj, exists, err := s.informer.GetIndexer().GetByKey(key.namespace + "/" + key.name)
 	if err != nil || !exists {
@@ -371,6 +433,9 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		// Signing now would only make a certificate the apiserver refuses.
 		return permissionWait, nil
 	}
+	if wait := s.skewWaitLeft(now); wait > 0 && rec.cert == nil {
+		return wait, nil
+	}
 
 	cert := rec.cert
 	if cert == nil {
@@ -385,14 +450,20 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 			} else if wait > 0 {
 				return wait, nil
 			}
-			c.records.update(r.uid, now, func(rec *requestRecord) { rec.admitted = true })
+			c.records.update(r.uid, func(rec *requestRecord) { rec.admitted = true })
+		}
+		if err := stop.Err(); err != nil {
+			return 0, err
 		}
 		cert, err = c.issue(ctx, s, r)
 		if err != nil {
 			return c.issueFailed(ctx, s, r, err)
 		}
-		s.signed()
-		c.records.update(r.uid, now, func(rec *requestRecord) { rec.cert = cert })
+		if since := s.signed(); !since.IsZero() {
+			klog.FromContext(ctx).Info("CA key signs again", "signer", s.Name, "key", s.Authority.Signer().URI(),
+				"outage", c.opts.Clock.Since(since).Round(time.Second))
+		}
+		c.records.update(r.uid, func(rec *requestRecord) { rec.cert = cert })
 	}
 
 	err = c.api.writeStatus(ctx, r, c.issuedStatus(s, cert))
@@ -408,7 +479,11 @@ func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request
 		return c.terminal(ctx, s, r, "Denied", d.Reason, d.Message)
 	case Transient:
 		now := c.opts.Clock.Now()
-		since := s.failing(now)
+		since, began := s.failing(now)
+		if began {
+			klog.FromContext(ctx).Error(err, "CA key cannot sign; requests wait and are retried", "signer", s.Name,
+				"key", s.Authority.Signer().URI(), "failAfter", c.opts.FailAfter)
+		}
 		if c.opts.FailAfter > 0 && now.Sub(since) > c.opts.FailAfter {
 			return c.terminal(ctx, s, r, "Failed", ReasonSignerUnavailable, fmt.Sprintf(
 				"the signer could not sign with its CA key for %s (since %s, failAfter %s): %v",
@@ -425,7 +500,7 @@ func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request
 func (c *Controller) delayed(r *request, reason, format string, args ...any) {
 	now := c.opts.Clock.Now()
 	emit := false
-	c.records.update(r.uid, now, func(rec *requestRecord) {
+	c.records.update(r.uid, func(rec *requestRecord) {
 		if rec.lastDelayedEvent.IsZero() || now.Sub(rec.lastDelayedEvent) >= delayedEventEvery {
 			rec.lastDelayedEvent, emit = now, true
 		}
@@ -445,7 +520,11 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 	now := c.opts.Clock.Now()
 	switch res {
 	case writeOK:
-		c.records.markWritten(r.uid, now)
+		c.records.markWritten(r.uid)
+		if since := s.written(); !since.IsZero() {
+			logger.Info("kube-apiserver accepts notBefore again; issuing", "skewSuspectedFor", now.Sub(since).Round(time.Second))
+			c.opts.Metrics.ClockSkew.WithLabelValues(s.Name).Set(0)
+		}
 		c.observe(s, r, "Issued", ReasonIssued)
 		logger.Info("Issued",
 			"serial", cert.leaf.SerialNumber.Text(16), "namespace", r.namespace, "pod", r.podName,
@@ -459,15 +538,24 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 		// re-signed.
 		return 0, err
 	case writeNotBeforeWindow:
-		rec := c.records.get(r.uid, now)
-		if rec.resigned && rec.resignedKey == cert.key {
-			return c.terminal(ctx, s, r, "Failed", ReasonNotBeforeRejected, fmt.Sprintf(
-				"kube-apiserver refused notBefore %s of a fresh signature as more than 5 minutes from its clock: the signer's clock is skewed; fix its time sync (%v)",
-				cert.leaf.NotBefore.UTC().Format(time.RFC3339), err))
+		// The certificate is dropped either way: only a fresh one can pass.
+		c.records.update(r.uid, func(rec *requestRecord) { rec.cert = nil })
+		if now.Sub(cert.signedAt) >= agedAfter {
+			// It aged in keyward's hands (retries, a slow apiserver).
+			logger.V(2).Info("Certificate aged out of kube-apiserver's notBefore window while waiting; signing afresh",
+				"notBefore", cert.leaf.NotBefore.UTC().Format(time.RFC3339), "held", now.Sub(cert.signedAt).Round(time.Second))
+			return 0, err
 		}
-		c.records.update(r.uid, now, func(rec *requestRecord) { rec.cert, rec.resigned, rec.resignedKey = nil, true, cert.key })
-		logger.Info("kube-apiserver refused the certificate's notBefore as outside its window; signing once more", "notBefore", cert.leaf.NotBefore.UTC().Format(time.RFC3339))
-		return 0, err
+		// A fresh signature refused: the clocks disagree. Skew is the
+		// signer's, not the request's: sign nothing for a while, then try
+		// again; requests wait, none is Failed.
+		if s.skewed(now) {
+			logger.Error(err, "kube-apiserver refused the notBefore of a fresh certificate: the signer's clock and kube-apiserver's differ by more than 5 minutes minus the backdate; signing paused, fix the time sync",
+				"notBefore", cert.leaf.NotBefore.UTC().Format(time.RFC3339), "backdate", s.Backdate, "retryIn", skewWait)
+			c.opts.Metrics.ClockSkew.WithLabelValues(s.Name).Set(1)
+		}
+		c.delayed(r, EventClockSkew, "kube-apiserver refused notBefore %s of a fresh certificate: the signer's clock is skewed; will retry", cert.leaf.NotBefore.UTC().Format(time.RFC3339))
+		return skewWait, nil
 	}
 	// writeRejected: signing again would be refused the same way.
 	logger.Error(err, "kube-apiserver refused the Issued status")
@@ -483,11 +571,10 @@ func (c *Controller) afterWrite(ctx context.Context, s *signerState, r *request,
 		c.opts.Metrics.StatusRejected.WithLabelValues(s.Name, res.String()).Inc()
 	}
 	switch res {
-	case writeGone:
-		c.records.drop(r.uid)
-		return 0, true, nil
-	case writeAlreadyTerminal:
-		c.records.markWritten(r.uid, c.opts.Clock.Now())
+	case writeGone, writeAlreadyTerminal:
+		// Never signed again: the informer's delete or terminal event
+		// drops the record.
+		c.records.markWritten(r.uid)
 		return 0, true, nil
 	case writeNoPermission:
 		// Nothing is signed for this signer name until the gate finds the
@@ -582,7 +669,7 @@ func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*is
 	for _, ca := range s.Authority.Chain() {
 		chain.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))
 	}
-	return &issuedCert{leaf: leaf, chain: chain.String(), key: key}, nil
+	return &issuedCert{leaf: leaf, chain: chain.String(), key: key, signedAt: c.opts.Clock.Now()}, nil
 }
 
 // issuedStatus is the Issued status for cert: times equal to the leaf's,
@@ -630,7 +717,7 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	default:
 		return 0, err
 	}
-	c.records.markWritten(r.uid, c.opts.Clock.Now())
+	c.records.markWritten(r.uid)
 	c.observe(s, r, typ, reason)
 	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", truncate(msg, maxEventMessage))
 	c.events.warning(r.obj, reason, "%s: %s", typ, msg)

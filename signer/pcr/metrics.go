@@ -22,6 +22,9 @@ type Metrics struct {
 	// PermissionMissing is 1 while the signer lacks a grant it needs for a
 	// signer name (it then signs nothing for that name).
 	PermissionMissing *prometheus.GaugeVec
+	// ClockSkew is 1 while kube-apiserver refuses the notBefore of fresh
+	// certificates (signing paused for that signer).
+	ClockSkew *prometheus.GaugeVec
 	// Events and EventsDropped count Events recorded and dropped by type.
 	Events        *prometheus.CounterVec
 	EventsDropped *prometheus.CounterVec
@@ -71,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyward_signer_permission_missing",
 			Help: "1 while the signer lacks an RBAC grant it needs for the signer name (nothing is signed for it meanwhile), else 0.",
 		}, []string{"signer"}),
+		ClockSkew: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_signer_clock_skew_suspected",
+			Help: "1 while kube-apiserver refuses the notBefore of freshly signed certificates for the signer name (clocks more than 5 minutes minus the backdate apart; signing paused), else 0.",
+		}, []string{"signer"}),
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyward_events_total",
 			Help: "Events handed to the Event broadcaster, by type and reason.",
@@ -81,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"type"}),
 	}
 	for _, c := range []prometheus.Collector{m.Issuances, m.Latency, m.SignDuration, m.SignErrors, m.CANotAfter, m.Retries,
-		m.StatusRejected, m.PermissionMissing, m.Events, m.EventsDropped} {
+		m.StatusRejected, m.PermissionMissing, m.ClockSkew, m.Events, m.EventsDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

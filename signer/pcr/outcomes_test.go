@@ -244,10 +244,6 @@ func TestStatusRefusalsAreNeverSignedInALoop(t *testing.T) {
 		wantType   string
 		wantReason string
 	}{
-		{name: "a notBefore outside the apiserver's window is signed once more and then issued",
-			answers: []error{errNotBeforeWindow}, wantSigns: 2, wantType: "Issued", wantReason: ReasonIssued},
-		{name: "a fresh signature refused for notBefore again means clock skew: Failed, no third signature",
-			answers: []error{errNotBeforeWindow, errNotBeforeWindow}, wantSigns: 2, wantType: "Failed", wantReason: ReasonNotBeforeRejected},
 		{name: "any other refusal of the Issued status is Failed StatusRejected without signing again",
 			answers: []error{errChainRefused}, wantSigns: 1, wantType: "Failed", wantReason: ReasonStatusRejected},
 		{name: "a conflict is written again with the same certificate",
@@ -277,6 +273,69 @@ func TestStatusRefusalsAreNeverSignedInALoop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A certificate that aged out of kube-apiserver's notBefore window while
+// keyward held it is signed afresh; a fresh one refused means the clocks
+// disagree: signing pauses for the signer (no request Failed), then tries
+// again and issues once the apiserver accepts.
+func TestNotBeforeRefusals(t *testing.T) {
+	t.Run("an aged certificate is signed afresh and issued", func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.answer = func(n int, _ *certv1.PodCertificateRequest) error {
+			if n == 1 {
+				h.clock.Step(2 * agedAfter) // the write took long
+				return errNotBeforeWindow
+			}
+			return nil
+		}
+		k := h.add(testPCR(t, h.signer.Name))
+		for range 3 {
+			_, _ = h.sync(k)
+		}
+		if typ, _ := condOf(h.get(k)); typ != "Issued" || h.key.calls.Load() != 2 {
+			t.Fatalf("got %q after %d signatures, want Issued after 2", typ, h.key.calls.Load())
+		}
+	})
+	t.Run("a fresh certificate refused pauses signing for the signer, and nothing is Failed", func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.answer = func(n int, _ *certv1.PodCertificateRequest) error {
+			if n == 1 {
+				return errNotBeforeWindow
+			}
+			return nil
+		}
+		k := h.add(testPCR(t, h.signer.Name))
+		wait, err := h.sync(k)
+		if err != nil || wait != skewWait {
+			t.Fatalf("after a fresh refusal: (%v, %v), want a wait of %v", wait, err, skewWait)
+		}
+		p2 := testPCR(t, h.signer.Name)
+		p2.Name, p2.UID = "pcr-2", "pcr-uid-2"
+		k2 := h.add(p2)
+		for range 5 {
+			_, _ = h.sync(k)
+			_, _ = h.sync(k2)
+		}
+		if n := h.key.calls.Load(); n != 1 {
+			t.Fatalf("%d signatures while skew is suspected, want 1", n)
+		}
+		if v := gaugeValue(h.metrics.ClockSkew.WithLabelValues(h.signer.Name)); v != 1 {
+			t.Errorf("keyward_signer_clock_skew_suspected = %v, want 1", v)
+		}
+		h.clock.Step(skewWait)
+		for _, key := range []queueKey{k, k2} {
+			if _, err := h.sync(key); err != nil {
+				t.Fatal(err)
+			}
+			if typ, _ := condOf(h.get(key)); typ != "Issued" {
+				t.Fatalf("%s after the pause: %q, want Issued", key.name, typ)
+			}
+		}
+		if v := gaugeValue(h.metrics.ClockSkew.WithLabelValues(h.signer.Name)); v != 0 {
+			t.Errorf("keyward_signer_clock_skew_suspected = %v after an accepted certificate, want 0", v)
+		}
+	})
 }
 
 // Once keyward wrote a terminal status, the UID is never signed for again,
@@ -335,7 +394,10 @@ func TestFailAfterCountsTheOutageNotTheRequestAge(t *testing.T) {
 		if _, err := h.sync(k1); err == nil {
 			t.Fatal("want a retry")
 		}
-		h.clock.Step(11 * time.Minute)
+		for range 22 { // the first request keeps failing, 30s apart (and is Failed itself after 10m)
+			h.clock.Step(30 * time.Second)
+			_, _ = h.sync(k1)
+		}
 		p := testPCR(t, h.signer.Name)
 		p.Name, p.UID = "pcr-2", "pcr-uid-2"
 		p.CreationTimestamp = metav1.NewTime(h.clock.Now())
@@ -482,4 +544,12 @@ func TestPendingCountsRequestsWaitingForARetry(t *testing.T) {
 	if n := h.c.records.pending(); n != 0 {
 		t.Fatalf("pending = %d after the request was issued, want 0", n)
 	}
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetGauge().GetValue()
 }

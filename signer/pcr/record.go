@@ -22,10 +22,6 @@ type requestRecord struct {
 	// written: a terminal status was written (or found). Until the
 	// informer shows it, nothing is signed for this UID again.
 	written bool
-	// resigned: the one re-signature allowed after the apiserver refused
-	// notBefore as outside its window was spent, for resignedKey.
-	resigned    bool
-	resignedKey string
 	// lastDelayedEvent coalesces SigningDelayed Events.
 	lastDelayedEvent time.Time
 }
@@ -35,6 +31,8 @@ type issuedCert struct {
 	chain string
 	// key is the CA key's version id that signed it.
 	key string
+	// signedAt is when keyward signed it, by its own clock.
+	signedAt time.Time
 }
 
 // records are the controller's per-request records. Safe for concurrent
@@ -49,13 +47,6 @@ func newRecords() *records { return &records{m: map[types.UID]*requestRecord{}} 
 // get returns a copy of uid's record, creating it (first seen now) if
 // missing.
 func (rs *records) get(uid types.UID, now time.Time) requestRecord {
-	var out requestRecord
-	rs.update(uid, now, func(r *requestRecord) { out = *r })
-	return out
-}
-
-// update changes uid's record under the lock (creating it if needed).
-func (rs *records) update(uid types.UID, now time.Time, f func(*requestRecord)) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	r, ok := rs.m[uid]
@@ -63,13 +54,24 @@ func (rs *records) update(uid types.UID, now time.Time, f func(*requestRecord)) 
 		r = &requestRecord{firstSeen: now}
 		rs.m[uid] = r
 	}
-	f(r)
+	return *r
+}
+
+// update changes uid's record under the lock, if it still has one: a
+// record the informer's terminal or delete event dropped is not brought
+// back (only get, from enqueue and sync, creates records).
+func (rs *records) update(uid types.UID, f func(*requestRecord)) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if r, ok := rs.m[uid]; ok {
+		f(r)
+	}
 }
 
 // markWritten records that uid's terminal status is written: nothing is
 // signed for it again.
-func (rs *records) markWritten(uid types.UID, now time.Time) {
-	rs.update(uid, now, func(r *requestRecord) { r.written, r.cert = true, nil })
+func (rs *records) markWritten(uid types.UID) {
+	rs.update(uid, func(r *requestRecord) { r.written, r.cert = true, nil })
 }
 
 // drop forgets uid.
