@@ -66,6 +66,10 @@ var requiredPermissions = []MissingPermissionError{
 const (
 	// recheckMissing is how often a missing grant is looked for again.
 	recheckMissing = 30 * time.Second
+	// recheckFailed is how soon a check whose reviews failed is retried.
+	recheckFailed = 5 * time.Second
+	// checkTimeout bounds one Check (all its reviews).
+	checkTimeout = 30 * time.Second
 )
 
 // PermissionGate checks with SelfSubjectAccessReviews that the signer holds
@@ -103,6 +107,8 @@ func NewPermissionGate(client kubernetes.Interface, signerNames []string, c cloc
 // (nil when all are held). It logs each change at default verbosity. When
 // a review itself fails, nothing changes and that error is returned.
 func (g *PermissionGate) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
 	var general []error
 	var missingErr *MissingPermissionError
 	for _, p := range requiredPermissions {
@@ -192,10 +198,14 @@ func (g *PermissionGate) Err() error {
 	return errors.Join(errs...)
 }
 
-// Blocked implements Permissions.
+// Blocked implements Permissions. Until a check has answered, every name
+// is blocked: a signer that cannot ask must not sign in the dark.
 func (g *PermissionGate) Blocked(signerName string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !g.checked {
+		return errors.New("RBAC permissions not checked yet")
+	}
 	if g.general != nil {
 		return g.general
 	}
@@ -228,10 +238,16 @@ func (g *PermissionGate) Refused(ctx context.Context, signerName, detail string)
 // after a refusal), until ctx ends.
 func (g *PermissionGate) Run(ctx context.Context) {
 	for {
+		every := g.Recheck
+		g.mu.Lock()
+		if !g.checked {
+			every = min(every, recheckFailed)
+		}
+		g.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.clock.After(g.Recheck):
+		case <-g.clock.After(every):
 		case <-g.recheck:
 			// Let a burst of refusals settle into one review.
 			select {
@@ -243,8 +259,10 @@ func (g *PermissionGate) Run(ctx context.Context) {
 		if g.Err() == nil {
 			continue
 		}
-		if err := g.Check(ctx); err != nil && ctx.Err() == nil {
-			klog.FromContext(ctx).V(2).Info("Permissions still missing", "err", err)
+		var missing *MissingPermissionError
+		if err := g.Check(ctx); err != nil && ctx.Err() == nil && !errors.As(err, &missing) {
+			// Missing grants are logged by Check when they change.
+			klog.FromContext(ctx).Error(err, "Checking RBAC permissions failed; nothing is signed until a check answers")
 		}
 	}
 }

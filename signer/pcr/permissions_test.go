@@ -113,3 +113,32 @@ func TestMissingPermissionNamesTheRule(t *testing.T) {
 		t.Fatalf("after a passing check: %v, blocked %v", err, g2.Blocked("keyward.dev/a"))
 	}
 }
+
+// A signer that cannot ask kube-apiserver about its grants signs nothing
+// until a check answers (fail closed), then goes on.
+func TestPermissionGateBlocksUntilACheckAnswers(t *testing.T) {
+	client := fake.NewClientset()
+	var down bool = true
+	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if down {
+			return true, nil, errors.New("connection refused")
+		}
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		r.Status.Allowed = true
+		return true, r, nil
+	})
+	g := NewPermissionGate(client, []string{"keyward.dev/a"}, nil, nil)
+	if err := g.Check(context.Background()); err == nil {
+		t.Fatal("Check succeeded while the reviews fail")
+	}
+	if g.Blocked("keyward.dev/a") == nil {
+		t.Fatal("not blocked before any check answered")
+	}
+	down = false
+	if err := g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Blocked("keyward.dev/a"); err != nil {
+		t.Fatalf("blocked after a passing check: %v", err)
+	}
+}
