@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,7 +233,7 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	}
 	if loc.alg != "" && loc.alg != req.Algorithm {
 		return nil, backends.Errorf(backends.ErrInvalidURI, "create-key", loc.String(), "algorithm",
-			"the URI says algorithm=%s but a %s key was asked for", loc.alg, req.Algorithm)
+			"the URI says algorithm=%s but the request is for %s", loc.alg, req.Algorithm)
 	}
 	if loc.object == "" {
 		return nil, backends.Errorf(backends.ErrInvalidURI, "create-key", loc.String(), "object", "a new key needs a label (object=)")
@@ -648,7 +650,12 @@ func (t *token) openError(op string, err error) error {
 	}
 	switch {
 	case isTokenNotFound(err):
-		return backends.Wrap(backends.ErrNotFound, op, t.loc.String(), "token", err)
+		which := "token=" + t.loc.token
+		if t.loc.token == "" {
+			which = "serial=" + t.loc.serial
+		}
+		return backends.Errorf(backends.ErrNotFound, op, t.loc.String(), "token",
+			"the module has no token with %s (softhsm2-util --show-slots lists SoftHSM2's; is SOFTHSM2_CONF or the token directory right?)", which)
 	case isCode(err, p11.CKR_PIN_INCORRECT):
 		return errPINIncorrect(op, t.loc)
 	case isCode(err, p11.CKR_PIN_INVALID, p11.CKR_PIN_EXPIRED, p11.CKR_PIN_LOCKED):
@@ -778,7 +785,14 @@ func (t *token) find(op string, loc location) (crypto11.Signer, uint64, error) {
 		if loc.object == "" {
 			part = "id"
 		}
-		return nil, 0, backends.Errorf(backends.ErrNotFound, op, loc.String(), part, "no private key with this label and id on the token")
+		var want []string
+		if loc.object != "" {
+			want = append(want, "label "+strconv.Quote(loc.object))
+		}
+		if loc.id != nil {
+			want = append(want, fmt.Sprintf("id %x", loc.id))
+		}
+		return nil, 0, backends.Errorf(backends.ErrNotFound, op, loc.String(), part, "no private key with %s on the token", strings.Join(want, " and "))
 	}
 	if len(keys) > 1 {
 		return nil, 0, backends.Errorf(backends.ErrPermanent, op, loc.String(), "object", "%d keys match: add id= to choose one", len(keys))
@@ -832,7 +846,11 @@ func generateOn(c *crypto11.Context, loc location, alg backends.Algorithm) (cryp
 			return nil, err
 		}
 		if len(existing) > 0 {
-			return nil, backends.Errorf(backends.ErrPermanent, "create-key", loc.String(), q.part, "a key with this %s already exists", q.part)
+			what := "label " + strconv.Quote(loc.object)
+			if q.part == "id" {
+				what = fmt.Sprintf("id %x", loc.id)
+			}
+			return nil, backends.Errorf(backends.ErrPermanent, "create-key", loc.String(), q.part, "a key with %s already exists on the token", what)
 		}
 	}
 	pub, err := crypto11.NewAttributeSetWithIDAndLabel(loc.id, []byte(loc.object))
