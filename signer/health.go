@@ -106,6 +106,21 @@ func (k *healthKey) check() error {
 	return errors.Join(stuck, fmt.Errorf("CA key %s: last signature failed: %w", k.URI(), k.lastErr))
 }
 
+// stuckTooLong is how long a backend call may stay stuck before the
+// process reports itself not alive (/healthz), so that kubelet restarts it:
+// a PKCS#11 library whose C_Sign never returns is rarely cured without a
+// fresh process.
+const stuckTooLong = 5 * time.Minute
+
+// alive is nil unless a backend call has been stuck for stuckTooLong.
+func (k *healthKey) alive() error {
+	var se *stuckError
+	if err := k.stuckCalls(); errors.As(err, &se) && se.Oldest >= stuckTooLong {
+		return fmt.Errorf("CA key %s: a backend call has been stuck for %s (over %s): restart needed", k.URI(), se.Oldest.Round(time.Second), stuckTooLong)
+	}
+	return nil
+}
+
 func (k *healthKey) probe() {
 	defer k.probes.Done()
 	defer func() {

@@ -248,3 +248,30 @@ func TestHealthKeyCloseWaitsForAHungBackendAtMostCloseWait(t *testing.T) {
 		t.Fatal("the backend key was not closed")
 	}
 }
+
+// A backend call stuck for stuckTooLong makes /healthz fail, so that
+// kubelet restarts a process whose HSM library hangs; one stuck for less
+// leaves it alive (only unready), and an answer clears it.
+func TestHealthKeyIsNotAliveAfterACallStuckTooLong(t *testing.T) {
+	hk := newHungKey(t, false)
+	clk := clocktesting.NewFakeClock(time.Now())
+	h, err := newHealthKey(hk, keyOptions{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := make(chan struct{}, 1)
+	h.late = func(err error) { h.recordLate(err); late <- struct{}{} }
+	release := abandon(t, h, hk, clk, 30*time.Second)
+	if err := h.alive(); err != nil {
+		t.Fatalf("alive after a call stuck for 30s: %v", err)
+	}
+	clk.Step(stuckTooLong)
+	if err := h.alive(); err == nil {
+		t.Fatal("alive with a call stuck for over stuckTooLong")
+	}
+	release <- nil
+	recv(t, late, "the late answer")
+	if err := h.alive(); err != nil {
+		t.Fatalf("not alive after the stuck call answered: %v", err)
+	}
+}

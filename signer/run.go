@@ -64,6 +64,20 @@ type state struct {
 	controller  atomic.Pointer[pcr.Controller]
 }
 
+// alive is nil unless a CA key has a backend call stuck for so long that
+// only a restart is likely to help (/healthz, the liveness probe).
+func (s *state) alive() error {
+	keys := s.keys.Load()
+	if keys == nil {
+		return nil
+	}
+	var errs []error
+	for _, k := range *keys {
+		errs = append(errs, k.alive())
+	}
+	return errors.Join(errs...)
+}
+
 // ready is nil when every CA key is open and its backend answered the last
 // signature, and this replica either stands by or leads with synced caches.
 func (s *state) ready() error {
@@ -332,7 +346,13 @@ func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
 // serve starts the metrics and health listeners.
 func serve(ctx context.Context, cfg *config.SignerConfiguration, reg *prometheus.Registry, st *state) (string, string, func(), error) {
 	health := http.NewServeMux()
-	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := st.alive(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := st.ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
