@@ -200,7 +200,10 @@ func Run(ctx context.Context, o Options) error {
 	// shutdown began still record their Events; Shutdown, deferred, runs
 	// once the controller has returned.
 	broadcaster := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventsClient.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&countingSink{
+		EventSink: &typedcorev1.EventSinkImpl{Interface: eventsClient.CoreV1().Events("")},
+		failed:    metrics.EventWriteErrors,
+	})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "keyward-signer"})
 
@@ -233,6 +236,32 @@ func Run(ctx context.Context, o Options) error {
 		OnLeading: func() { st.standby.Store(false); st.leading.Store(true) },
 		OnStandby: func() { st.standby.Store(true) },
 	}, lead)
+}
+
+// countingSink counts Event writes the apiserver refused or that failed
+// (client-go retries a few times, then drops the Event without a trace).
+type countingSink struct {
+	record.EventSink
+	failed prometheus.Counter
+}
+
+func (c *countingSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	return c.count(c.EventSink.Create(e))
+}
+
+func (c *countingSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	return c.count(c.EventSink.Update(e))
+}
+
+func (c *countingSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return c.count(c.EventSink.Patch(e, data))
+}
+
+func (c *countingSink) count(e *corev1.Event, err error) (*corev1.Event, error) {
+	if err != nil {
+		c.failed.Inc()
+	}
+	return e, err
 }
 
 // openSigners opens each signer's CA key and certificate and builds its

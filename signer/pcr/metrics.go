@@ -28,6 +28,8 @@ type Metrics struct {
 	// Events and EventsDropped count Events recorded and dropped by type.
 	Events        *prometheus.CounterVec
 	EventsDropped *prometheus.CounterVec
+	// EventWriteErrors counts Event writes to the apiserver that failed.
+	EventWriteErrors prometheus.Counter
 	// CANotAfter is the CA certificate's expiry, as a Unix time.
 	CANotAfter *prometheus.GaugeVec
 	// Retries counts transient failures that were requeued.
@@ -82,13 +84,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyward_events_total",
 			Help: "Events handed to the Event broadcaster, by type and reason.",
 		}, []string{"type", "reason"}),
+		EventWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keyward_event_write_errors_total",
+			Help: "Event writes to the apiserver that failed (client-go retries a few times, then drops the Event).",
+		}),
 		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyward_events_dropped_total",
 			Help: "Events not recorded because their type's rate was exhausted, by type.",
 		}, []string{"type"}),
 	}
 	for _, c := range []prometheus.Collector{m.Issuances, m.Latency, m.SignDuration, m.SignErrors, m.CANotAfter, m.Retries,
-		m.StatusRejected, m.PermissionMissing, m.ClockSkew, m.Events, m.EventsDropped} {
+		m.StatusRejected, m.PermissionMissing, m.ClockSkew, m.Events, m.EventsDropped, m.EventWriteErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
