@@ -61,3 +61,44 @@ func TestReview3AParkedFailureIsNeverSignedAgain(t *testing.T) {
 			n, issuedWrites)
 	}
 }
+
+// backdate may be anything below 5 minutes (config: [0, 5m)). With a
+// backdate of 4m45s a certificate leaves kube-apiserver's window 15 seconds
+// after it was signed, by keyward's own clock: a status write retried for
+// 20 seconds (a conflict, a slow apiserver) is refused for its notBefore
+// although both clocks agree. agedAfter (one minute) calls that refusal
+// "fresh", so keyward reports clock skew (an Error, an Event on the
+// request, keyward_signer_clock_skew_suspected=1) and pauses the whole
+// signer name for a minute. Whether a certificate aged in keyward's hands
+// is known from its own clock and the leaf's notBefore.
+func TestReview3ALargeBackdateIsNotClockSkew(t *testing.T) {
+	h := newHarness(t, nil)
+	h.signer.Backdate = 5*time.Minute - 15*time.Second
+	h.clock.Step(time.Hour) // the CA is older than the backdate
+	h.answer = func(n int, p *certv1.PodCertificateRequest) error {
+		if n == 1 {
+			h.clock.Step(20 * time.Second) // the first write times out
+			return apierrors.NewServerTimeout(pcrResource, "update", 1)
+		}
+		// The apiserver's clock is the test's: no skew at all.
+		if nb := p.Status.NotBefore; nb != nil {
+			if d := h.clock.Now().Sub(nb.Time); d > 5*time.Minute || d < -5*time.Minute {
+				return invalid(field.Invalid(field.NewPath("status", "notBefore"), nb.Time,
+					"must be set to within 5 minutes of kube-apiserver's current time"))
+			}
+		}
+		return nil
+	}
+	k := h.add(testPCR(t, h.signer.Name))
+	for i := range 4 {
+		wait, err := h.sync(k)
+		if v := gaugeValue(h.metrics.ClockSkew.WithLabelValues(h.signer.Name)); v != 0 {
+			t.Errorf("clocks in agreement, backdate 4m45s, a write retried after 20s: after sync %d (%v, %v) keyward_signer_clock_skew_suspected = %v, signing paused for %v; want no skew reported",
+				i+1, wait, err, v, wait)
+		}
+		h.clock.Step(wait)
+	}
+	if typ, _ := condOf(h.get(k)); typ != "Issued" {
+		t.Errorf("request: %q, want Issued", typ)
+	}
+}
