@@ -5,9 +5,18 @@ package pcr
 // behaviour it expects.
 
 import (
+	"context"
+	"crypto"
 	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keyward/keyward/signer/authority"
+	"k8s.io/apimachinery/pkg/types"
 
 	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,5 +109,69 @@ func TestReview3ALargeBackdateIsNotClockSkew(t *testing.T) {
 	}
 	if typ, _ := condOf(h.get(k)); typ != "Issued" {
 		t.Errorf("request: %q, want Issued", typ)
+	}
+}
+
+// gatedKey holds every signature until release is closed, counting those
+// that began.
+type gatedKey struct {
+	*scriptedKey
+	began   atomic.Int32
+	release chan struct{}
+}
+
+func (k *gatedKey) SignContext(ctx context.Context, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	k.began.Add(1)
+	<-k.release
+	return k.scriptedKey.SignContext(ctx, d, o)
+}
+
+func (k *gatedKey) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	return k.SignContext(context.Background(), d, o)
+}
+
+// docs/signer.md: after a fresh certificate's notBefore was refused,
+// "signing pauses for that signer name for a minute and then tries one
+// again". Every request that waited was requeued for the same instant
+// (skewRetry), and nothing lets only one of them through: each worker
+// signs one, so a persistent skew costs `workers` refused CA-key
+// signatures a minute, not one.
+func TestReview3AfterASkewPauseOneRequestIsTried(t *testing.T) {
+	h := newHarness(t, nil)
+	h.answer = func(_ int, p *certv1.PodCertificateRequest) error {
+		return errNotBeforeWindow // the signer's clock stays skewed
+	}
+	const workers = 4
+	var keys []queueKey
+	for i := range workers {
+		p := testPCR(t, h.signer.Name)
+		p.Name, p.UID = fmt.Sprintf("pcr-%d", i), types.UID(fmt.Sprintf("uid-%d", i))
+		keys = append(keys, h.add(p))
+	}
+	if wait, _ := h.sync(keys[0]); wait != skewWait {
+		t.Fatalf("first refusal: wait %v, want %v", wait, skewWait)
+	}
+	for _, k := range keys[1:] {
+		if wait, _ := h.sync(k); wait <= 0 {
+			t.Fatalf("%s during the pause: wait %v", k.name, wait)
+		}
+	}
+	gk := &gatedKey{scriptedKey: h.key, release: make(chan struct{})}
+	auth, err := authority.New(h.signer.Authority.Certificate(), nil, gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.signer.Authority = auth
+	h.clock.Step(skewWait) // every waiting request comes due now
+	var wg sync.WaitGroup
+	for _, k := range keys { // the workers
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = h.c.sync(context.Background(), k) }()
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(gk.release)
+	wg.Wait()
+	if n := gk.began.Load(); n > 1 {
+		t.Errorf("after the skew pause, %d workers each signed a request at once (all refused); want one probe", n)
 	}
 }
