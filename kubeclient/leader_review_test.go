@@ -44,7 +44,10 @@ func TestReviewTheLeaseIsHeldUntilLeadReturns(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) && !leadReturned.Load() {
 		l, err := client.CoordinationV1().Leases("keyward").Get(context.Background(), "signer", metav1.GetOptions{})
-		if err == nil && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a") {
+		// Read after the Get: a lead that returned in between may rightly
+		// have released the Lease.
+		returned := leadReturned.Load()
+		if err == nil && !returned && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a") {
 			holder := "<nil>"
 			if l.Spec.HolderIdentity != nil {
 				holder = *l.Spec.HolderIdentity

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -238,8 +239,9 @@ func Run(ctx context.Context, o Options) error {
 	}, lead)
 }
 
-// countingSink counts Event writes the apiserver refused or that failed
-// (client-go retries a few times, then drops the Event without a trace).
+// countingSink counts failed Event write attempts (client-go retries a few
+// times, then drops the Event without a trace). A Patch of an Event that
+// expired is not a failure: client-go creates it again.
 type countingSink struct {
 	record.EventSink
 	failed prometheus.Counter
@@ -254,7 +256,12 @@ func (c *countingSink) Update(e *corev1.Event) (*corev1.Event, error) {
 }
 
 func (c *countingSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	return c.count(c.EventSink.Patch(e, data))
+	ev, err := c.EventSink.Patch(e, data)
+	if apierrors.IsNotFound(err) {
+		// The Event expired; client-go creates it anew (counted there).
+		return ev, err
+	}
+	return c.count(ev, err)
 }
 
 func (c *countingSink) count(e *corev1.Event, err error) (*corev1.Event, error) {

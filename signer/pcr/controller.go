@@ -86,6 +86,11 @@ const (
 	// of kube-apiserver's ±5 minute notBefore window on its own; its refusal
 	// says nothing about clock skew.
 	agedAfter = time.Minute
+	// notBeforeWindow is kube-apiserver's tolerance for notBefore; a leaf
+	// within windowMargin of leaving it by keyward's own clock counts as
+	// aged (a large backdate leaves little room).
+	notBeforeWindow = 5 * time.Minute
+	windowMargin    = 15 * time.Second
 	// skewWait: after kube-apiserver refused the notBefore of a fresh
 	// signature, the signer signs nothing for this long, then tries again.
 	skewWait = time.Minute
@@ -206,10 +211,19 @@ func (s *signerState) skewed(now time.Time) bool {
 }
 
 // skewWaitLeft is how long signing stays paused for suspected clock skew.
+// When the pause is over, one caller gets 0 (it may sign one request, the
+// probe) and the pause is renewed for the others.
 func (s *signerState) skewWaitLeft(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.skewRetry.Sub(now)
+	if s.skewSince.IsZero() {
+		return 0
+	}
+	if left := s.skewRetry.Sub(now); left > 0 {
+		return left
+	}
+	s.skewRetry = now.Add(skewWait)
+	return 0
 }
 
 // written ends a suspected skew (kube-apiserver accepted a certificate)
@@ -423,6 +437,11 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		// yet. Nothing more to do, and nothing to sign.
 		return 0, nil
 	}
+	if d := rec.decided; d != nil {
+		// A Denied or Failed status decided earlier and refused: only it
+		// is written again.
+		return c.terminal(ctx, s, r, d.typ, d.reason, d.message)
+	}
 	r.seen = rec.firstSeen
 	// creationTimestamp has whole seconds; trust it only when the request
 	// waited longer than that before keyward saw it (e.g. a failover).
@@ -540,7 +559,7 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 	case writeNotBeforeWindow:
 		// The certificate is dropped either way: only a fresh one can pass.
 		c.records.update(r.uid, func(rec *requestRecord) { rec.cert = nil })
-		if now.Sub(cert.signedAt) >= agedAfter {
+		if now.Sub(cert.signedAt) >= agedAfter || now.Sub(cert.leaf.NotBefore) >= notBeforeWindow-windowMargin {
 			// It aged in keyward's hands (retries, a slow apiserver).
 			logger.V(2).Info("Certificate aged out of kube-apiserver's notBefore window while waiting; signing afresh",
 				"notBefore", cert.leaf.NotBefore.UTC().Format(time.RFC3339), "held", now.Sub(cert.signedAt).Round(time.Second))
@@ -557,7 +576,10 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 		c.delayed(r, EventClockSkew, "kube-apiserver refused notBefore %s of a fresh certificate: the signer's clock is skewed; will retry", cert.leaf.NotBefore.UTC().Format(time.RFC3339))
 		return skewWait, nil
 	}
-	// writeRejected: signing again would be refused the same way.
+	// writeRejected: signing again would be refused the same way. The
+	// certificate is dropped; from now on only the Failed status is
+	// written (terminal keeps it as the decision if it is refused too).
+	c.records.update(r.uid, func(rec *requestRecord) { rec.cert = nil })
 	logger.Error(err, "kube-apiserver refused the Issued status")
 	c.events.warning(r.obj, EventStatusRejected, "kube-apiserver refused the issued status: %v", err)
 	return c.terminal(ctx, s, r, "Failed", ReasonStatusRejected, "kube-apiserver refused the issued status: "+err.Error())
@@ -710,6 +732,9 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	switch res {
 	case writeOK:
 	case writeRejected, writeNotBeforeWindow:
+		c.records.update(r.uid, func(rec *requestRecord) {
+			rec.cert, rec.decided = nil, &decision{typ: typ, reason: reason, message: msg}
+		})
 		klog.FromContext(ctx).Error(err, "kube-apiserver refused a terminal status; writing it again later",
 			"pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "condition", typ, "reason", reason, "retryIn", parkedWait)
 		c.delayed(r, EventStatusRejected, "kube-apiserver refused the %s status: %v", typ, err)

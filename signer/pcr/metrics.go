@@ -86,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"type", "reason"}),
 		EventWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "keyward_event_write_errors_total",
-			Help: "Event writes to the apiserver that failed (client-go retries a few times, then drops the Event).",
+			Help: "Failed Event write attempts to the apiserver (client-go retries a few times, then drops the Event); a Patch of an expired Event, which client-go re-creates, is not counted.",
 		}),
 		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyward_events_dropped_total",

@@ -24,6 +24,14 @@ type requestRecord struct {
 	written bool
 	// lastDelayedEvent coalesces SigningDelayed Events.
 	lastDelayedEvent time.Time
+	// decided is a Denied or Failed status keyward decided and could not
+	// write yet: later passes write only it, never sign.
+	decided *decision
+}
+
+// decision is a terminal condition keyward decided on.
+type decision struct {
+	typ, reason, message string
 }
 
 type issuedCert struct {
