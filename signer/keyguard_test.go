@@ -345,3 +345,42 @@ func TestKeyOptionsRefuseNegativeValues(t *testing.T) {
 		})
 	}
 }
+
+// MaxStuck's documented bound: calls already in the backend when it hangs
+// may all become stuck (MaxStuck + callers − 1 at most), but once MaxStuck
+// are stuck no new call reaches the backend.
+func TestKeyGuardMaxStuckBoundUnderConcurrency(t *testing.T) {
+	hk := newHungKey(t, false)
+	clk := clocktesting.NewFakeClock(time.Now())
+	g, err := newKeyGuard(hk, keyOptions{Clock: clk, MaxStuck: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 4
+	var ctxs []*expiringCtx
+	var results []<-chan signResult
+	var releases []chan<- error
+	for range callers {
+		ctx := newExpiringCtx()
+		ctxs = append(ctxs, ctx)
+		results = append(results, startSign(g, ctx))
+		releases = append(releases, recv(t, hk.entered, "the call to reach the backend"))
+	}
+	clk.Step(30 * time.Second)
+	for i, ctx := range ctxs {
+		ctx.expire()
+		recv(t, results[i], "the caller to be freed")
+	}
+	var se *stuckError
+	if err := g.stuckCalls(); !errors.As(err, &se) || se.N > 1+callers-1 {
+		t.Fatalf("stuck calls: %v; want at most MaxStuck + callers − 1 = %d", err, callers)
+	}
+	before := hk.calls.Load()
+	r := recv(t, startSign(g, newExpiringCtx()), "the refusal")
+	if r.err == nil || hk.calls.Load() != before {
+		t.Fatalf("a new call with %d stuck: err %v, backend calls %d → %d; want a refusal that never reaches the backend", se.N, r.err, before, hk.calls.Load())
+	}
+	for _, rel := range releases {
+		rel <- nil
+	}
+}
