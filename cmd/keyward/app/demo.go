@@ -20,6 +20,7 @@ import (
 	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/pcr"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -164,7 +165,10 @@ SoftHSM2 token ready
 	signerDone := make(chan error, 1)
 	addrs := make(chan [2]string, 1)
 	go func() {
-		signerDone <- signer.Run(signerCtx, signer.Options{Config: cfg, Backends: reg,
+		// v1, as a Kubernetes 1.37 cluster serves by default (the demo's
+		// control plane also serves the deprecated v1beta1, which discovery
+		// would choose to see both key forms).
+		signerDone <- signer.Run(signerCtx, signer.Options{Config: cfg, Backends: reg, PodCertificateVersion: pcr.V1,
 			Ready: func(m, h string) { addrs <- [2]string{m, h} }})
 	}()
 	defer func() { stopSigner(); <-signerDone }()
