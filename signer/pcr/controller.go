@@ -432,6 +432,13 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	}
 	now := c.opts.Clock.Now()
 	rec := c.records.get(r.uid, now)
+	if c.goneSince(s, key, obj) {
+		// A delete or terminal event came between the cache read and the
+		// record lookup, and its handler dropped the record get just made
+		// again: drop it for good.
+		c.records.drop(r.uid)
+		return 0, nil
+	}
 	if rec.written {
 		// Our terminal status is written; the informer has not shown it
 		// yet. Nothing more to do, and nothing to sign.
@@ -487,6 +494,20 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 
 	err = c.api.writeStatus(ctx, r, c.issuedStatus(s, cert))
 	return c.afterIssuedWrite(ctx, s, r, cert, err)
+}
+
+// goneSince reports whether the informer no longer holds obj's request
+// pending: deleted, or replaced by a terminal or other object.
+func (c *Controller) goneSince(s *signerState, key queueKey, obj any) bool {
+	now, exists, err := s.informer.GetIndexer().GetByKey(key.namespace + "/" + key.name)
+	if err != nil || !exists {
+		return true
+	}
+	if now == obj {
+		return false
+	}
+	r, err := c.api.toRequest(now)
+	return err != nil || r.terminal
 }
 
 // issueFailed handles an error from building or signing the certificate.
