@@ -12,7 +12,7 @@ UNIT_PKGS       = $(shell $(GO) list ./... | grep -v /softhsm-tests)
 
 export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: help build test test-unit test-e2e lint demo deps controlplane clean
+.PHONY: help build test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -29,9 +29,29 @@ test-unit: ## tests that need no control plane
 test-e2e: controlplane ## only softhsm-tests (verbose)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./softhsm-tests/...
 
-lint: ## gofmt and go vet
+lint: verify-generate ## gofmt, go vet, and generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# controller-gen is pinned in hack/tools (not in keyward's go.mod) and built
+# into bin/ whenever that module's pins change.
+CONTROLLER_GEN := bin/controller-gen
+CRD_TYPES      := ./kubeclient/authority/...
+
+$(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
+	@mkdir -p bin
+	cd hack/tools && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
+
+generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority
+	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
+	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
+
+verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(CONTROLLER_GEN) object paths=$(CRD_TYPES) output:object:dir=$$tmp/object && \
+	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:dir=$$tmp/crds && \
+	diff -u kubeclient/authority/v1alpha1/zz_generated.deepcopy.go $$tmp/object/zz_generated.deepcopy.go && \
+	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 
 demo: build controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo

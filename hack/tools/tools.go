@@ -7,4 +7,5 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
 )

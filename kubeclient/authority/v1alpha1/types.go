@@ -1,0 +1,180 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Phase is where a CA generation stands in a canary-then-live rotation
+// (see docs/rotation.md for what each phase puts in which trust bundle).
+// +kubebuilder:validation:Enum=Staged;Promoted;Active;Retiring;Retired
+type Phase string
+
+// The phases, in the order a generation moves through them.
+const (
+	// PhaseStaged: the generation's root is in the canary bundle only.
+	PhaseStaged Phase = "Staged"
+	// PhasePromoted: the root is in the canary and the live bundle.
+	PhasePromoted Phase = "Promoted"
+	// PhaseActive: the generation's key issues every new certificate.
+	PhaseActive Phase = "Active"
+	// PhaseRetiring: the root has left the canary bundle, still in live.
+	PhaseRetiring Phase = "Retiring"
+	// PhaseRetired: the root is in no bundle.
+	PhaseRetired Phase = "Retired"
+)
+
+// Authority holds the CA generations of one signer name and reports where
+// each stands in its rotation. It is cluster-scoped; one Authority per
+// signer name.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=kwauth,categories=keyward
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Signer",type=string,JSONPath=`.spec.signerName`
+// +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.generations[?(@.phase=="Active")].name`,description="The generation whose key issues, as observed"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Authority struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec lists the signer's CA generations and the phase each should be in.
+	// +required
+	Spec AuthoritySpec `json:"spec"`
+
+	// status reports, per generation, the phase the controller has reached
+	// and what holds the next transition back. Written only by the controller.
+	// +optional
+	Status AuthorityStatus `json:"status,omitempty"`
+}
+
+// AuthoritySpec is the desired state of a signer's CA generations.
+type AuthoritySpec struct {
+	// signerName is the Kubernetes signer name (<domain>/<path>) whose
+	// certificates these generations sign. It cannot be changed.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="signerName is immutable: create a new Authority for another signer name"
+	SignerName string `json:"signerName"`
+
+	// generations are the signer's CA generations, old and new. At most one
+	// may be Active; names are unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.filter(g, has(g.phase) && g.phase == 'Active').size() <= 1",message="two generations active: at most one generation may have phase Active"
+	Generations []Generation `json:"generations,omitempty"`
+
+	// trustBundleLabelDomain is the domain of the
+	// <domain>/cluster-trust-bundle-version label (values canary and live)
+	// on the ClusterTrustBundles published for this signer.
+	// +optional
+	// +kubebuilder:default="keyward.dev"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	TrustBundleLabelDomain string `json:"trustBundleLabelDomain,omitempty"`
+}
+
+// Generation is one CA: its key, its certificate, and the phase it should
+// be in.
+type Generation struct {
+	// name identifies the generation within this Authority (a DNS label,
+	// e.g. "2026-11").
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// keyURI names the CA's private key in a backend (pkcs11:, gcpkms:,
+	// awskms:, file:). It must not carry a PIN or password: name where the
+	// PIN comes from with pin-source=file:... or pin-source=env:... instead.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="!self.lowerAscii().matches('(^|[:;?&])(pin-value|password)=')",message="keyURI must not carry a pin-value or password attribute: use pin-source=file:<path> or pin-source=env:<name>"
+	KeyURI string `json:"keyURI"`
+
+	// certificatePEM is the generation's CA certificate, PEM-encoded: the
+	// certificate whose key keyURI names.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	CertificatePEM string `json:"certificatePEM"`
+
+	// chainPEM holds the issuers above certificatePEM, PEM-encoded, nearest
+	// first; empty when certificatePEM is a self-signed root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=262144
+	ChainPEM string `json:"chainPEM,omitempty"`
+
+	// phase is the phase this generation should reach. The controller moves
+	// it there one gated step at a time and reports progress in status.
+	// +optional
+	// +kubebuilder:default=Staged
+	Phase Phase `json:"phase,omitempty"`
+}
+
+// AuthorityStatus is the observed state of a signer's CA generations.
+type AuthorityStatus struct {
+	// observedGeneration is the metadata.generation of the spec this status
+	// describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// generations reports each generation's observed phase and gate.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Generations []GenerationStatus `json:"generations,omitempty"`
+
+	// conditions are the Authority's conditions (e.g. Ready, Progressing).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GenerationStatus is where one generation stands and what it waits for.
+type GenerationStatus struct {
+	// name is the generation's name in spec.generations.
+	// +required
+	Name string `json:"name"`
+
+	// phase is the phase the generation has reached.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// since is when the generation entered phase.
+	// +optional
+	Since metav1.Time `json:"since,omitempty"`
+
+	// lastIssuedNotAfter is the latest notAfter of any certificate signed
+	// with this generation's key: no retirement before it has passed.
+	// +optional
+	LastIssuedNotAfter *metav1.Time `json:"lastIssuedNotAfter,omitempty"`
+
+	// gate names what holds the next transition back (e.g. canary soak,
+	// propagation window, leaves still valid); empty when nothing does.
+	// +optional
+	Gate string `json:"gate,omitempty"`
+
+	// gateOpensAt is when gate is expected to open, if it is time-bound.
+	// +optional
+	GateOpensAt *metav1.Time `json:"gateOpensAt,omitempty"`
+}
+
+// AuthorityList is a list of Authority objects.
+//
+// +kubebuilder:object:root=true
+type AuthorityList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the Authority objects.
+	Items []Authority `json:"items"`
+}
