@@ -33,14 +33,15 @@ lint: verify-generate ## gofmt, go vet, and generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-# controller-gen is pinned in hack/tools (not in keyward's go.mod) and built
-# into bin/ whenever that module's pins change.
+# controller-gen is pinned in hack/codegen, a module of its own (neither
+# keyward's go.mod nor hack/tools, whose pins build kube-apiserver), and
+# built into bin/ whenever that module's pins change.
 CONTROLLER_GEN := bin/controller-gen
 CRD_TYPES      := ./kubeclient/authority/...
 
-$(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
+$(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
-	cd hack/tools && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
+	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
 generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)

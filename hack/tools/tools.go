@@ -7,5 +7,4 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
 )
