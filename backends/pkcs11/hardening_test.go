@@ -442,3 +442,23 @@ func TestSignerAfterProviderCloseIsPermanent(t *testing.T) {
 		t.Fatalf("signing after the last Provider closed: got %v, want a permanent error", err)
 	}
 }
+
+// A key has one version id however its URI names it: the id a create
+// reports (label-only URI, a random CKA_ID made) is what an Open by label
+// alone, or by id, reports too.
+func TestKeyVersionIsStableAcrossURIForms(t *testing.T) {
+	tok := newToken(t, "version")
+	label := unique("ca")
+	p := newProvider(t, pkcs11.Options{})
+	created := create(t, p, tokenURI(tok, "object="+label), backends.ECDSAP256SHA256)
+	byLabel, err := p.Open(context.Background(), backends.OpenRequest{URI: tokenURI(tok, "object="+label)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.KeyVersion() != byLabel.KeyVersion() {
+		t.Fatalf("created as %q, opened by label as %q: want one version id", created.KeyVersion(), byLabel.KeyVersion())
+	}
+	if !strings.Contains(created.KeyVersion(), "/id:") {
+		t.Errorf("version id %q does not name the key's CKA_ID", created.KeyVersion())
+	}
+}

@@ -193,10 +193,32 @@ func (p *Provider) Open(ctx context.Context, req backends.OpenRequest) (backends
 	if err != nil {
 		return nil, err
 	}
-	return newSigner(p, t, loc, key, gen)
+	id := loc.id
+	if id == nil {
+		id = t.keyID(key)
+	}
+	return newSigner(p, t, loc, key, gen, id)
 }
 
-func newSigner(p *Provider, t *token, loc location, key crypto11.Signer, gen uint64) (*Signer, error) {
+// keyID reads the CKA_ID of key, or nil if it has none or cannot be read.
+func (t *token) keyID(key crypto11.Signer) []byte {
+	c, _, _, release, err := t.ready("open")
+	if err != nil {
+		return nil
+	}
+	defer release()
+	a, err := c.GetAttribute(key, crypto11.CkaId)
+	if err != nil || a == nil || len(a.Value) == 0 {
+		return nil
+	}
+	return a.Value
+}
+
+// newSigner wraps key. Its version id is the token and the key's CKA_ID
+// (id, read from the key when the URI names it by label only), so that a
+// key has one version id however its URI names it; a key without CKA_ID
+// is named by label.
+func newSigner(p *Provider, t *token, loc location, key crypto11.Signer, gen uint64, id []byte) (*Signer, error) {
 	alg := loc.alg
 	if alg == "" {
 		var err error
@@ -204,8 +226,8 @@ func newSigner(p *Provider, t *token, loc location, key crypto11.Signer, gen uin
 			return nil, backends.Wrap(backends.ErrUnsupportedAlgorithm, "open", loc.String(), "object", err)
 		}
 	}
-	version := t.name() + "/id:" + hex.EncodeToString(loc.id)
-	if loc.id == nil {
+	version := t.name() + "/id:" + hex.EncodeToString(id)
+	if id == nil {
 		version = t.name() + "/label:" + loc.object
 	}
 	info, err := backends.NewKeyInfo(key.Public(), alg, version, loc.String())
@@ -258,7 +280,7 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	if err != nil {
 		return nil, err
 	}
-	return newSigner(p, t, loc, key, gen)
+	return newSigner(p, t, loc, key, gen, loc.id)
 }
 
 // defaultFor is the algorithm a key of alg's shape gets without an
