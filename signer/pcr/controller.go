@@ -431,12 +431,10 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		return 0, nil
 	}
 	now := c.opts.Clock.Now()
-	rec := c.records.get(r.uid, now)
-	if c.goneSince(s, key, obj) {
-		// A delete or terminal event came between the cache read and the
-		// record lookup, and its handler dropped the record get just made
-		// again: drop it for good.
-		c.records.drop(r.uid)
+	// Records are made and dropped only by the informer's handlers: none
+	// means a delete or terminal event came after this key was queued.
+	rec, ok := c.records.lookup(r.uid)
+	if !ok {
 		return 0, nil
 	}
 	if rec.written {
@@ -494,20 +492,6 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 
 	err = c.api.writeStatus(ctx, r, c.issuedStatus(s, cert))
 	return c.afterIssuedWrite(ctx, s, r, cert, err)
-}
-
-// goneSince reports whether the informer no longer holds obj's request
-// pending: deleted, or replaced by a terminal or other object.
-func (c *Controller) goneSince(s *signerState, key queueKey, obj any) bool {
-	now, exists, err := s.informer.GetIndexer().GetByKey(key.namespace + "/" + key.name)
-	if err != nil || !exists {
-		return true
-	}
-	if now == obj {
-		return false
-	}
-	r, err := c.api.toRequest(now)
-	return err != nil || r.terminal
 }
 
 // issueFailed handles an error from building or signing the certificate.
@@ -602,7 +586,6 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 	// written (terminal keeps it as the decision if it is refused too).
 	c.records.update(r.uid, func(rec *requestRecord) { rec.cert = nil })
 	logger.Error(err, "kube-apiserver refused the Issued status")
-	c.events.warning(r.obj, EventStatusRejected, "kube-apiserver refused the issued status: %v", err)
 	return c.terminal(ctx, s, r, "Failed", ReasonStatusRejected, "kube-apiserver refused the issued status: "+err.Error())
 }
 

@@ -110,6 +110,7 @@ func TestConflictRetryReusesTheSignedCertificate(t *testing.T) {
 	if err := st.informer.GetIndexer().Add(p); err != nil {
 		t.Fatal(err)
 	}
+	c.enqueue(s.Name, p)
 	key := queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name}
 
 	if _, err := c.sync(context.Background(), key); !apierrors.IsConflict(err) {
@@ -194,6 +195,7 @@ func syncOnce(t *testing.T, keyErr error, failAfter time.Duration, created time.
 	st := c.signers[s.Name]
 	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
 	_ = st.informer.GetIndexer().Add(p)
+	c.enqueue(s.Name, p)
 	_, syncErr := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name})
 	got, err := client.CertificatesV1().PodCertificateRequests(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
 	if err != nil {
@@ -280,6 +282,7 @@ func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
 	st := c.signers[s.Name]
 	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
 	_ = st.informer.GetIndexer().Add(p)
+	c.enqueue(s.Name, p)
 	key := queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name}
 	for i := range 2 {
 		if _, err := c.sync(context.Background(), key); !backends.IsTransient(err) {
@@ -304,6 +307,7 @@ func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.informer.GetIndexer().Add(p2)
+	c.enqueue(s.Name, p2)
 	if _, err := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p2.Namespace, name: p2.Name}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package pcr
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -27,6 +28,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -147,6 +150,7 @@ func (h *harness) add(p *certv1.PodCertificateRequest) queueKey {
 	if err := h.c.signers[h.signer.Name].informer.GetIndexer().Add(p); err != nil {
 		h.t.Fatal(err)
 	}
+	h.c.enqueue(h.signer.Name, p) // as the informer's handler does
 	return queueKey{signer: h.signer.Name, namespace: p.Namespace, name: p.Name}
 }
 
@@ -530,7 +534,6 @@ func TestPendingCountsRequestsWaitingForARetry(t *testing.T) {
 	h := newHarness(t, nil)
 	h.key.setErr(&backends.Error{Kind: backends.ErrTransient, Op: "sign", Err: io.ErrUnexpectedEOF})
 	k := h.add(testPCR(t, h.signer.Name))
-	h.c.enqueue(h.signer.Name, h.c.signers[h.signer.Name].informer.GetIndexer().List()[0])
 	if _, err := h.sync(k); err == nil {
 		t.Fatal("want a retry")
 	}
@@ -552,4 +555,46 @@ func gaugeValue(g prometheus.Gauge) float64 {
 		panic(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// A key still queued for a request whose record the informer's handler
+// dropped (a terminal or delete event came after it was queued) is not
+// worked on: nothing is signed and no record is made again.
+func TestAQueuedKeyWithoutARecordIsNotSigned(t *testing.T) {
+	h := newHarness(t, nil)
+	p := testPCR(t, h.signer.Name)
+	k := h.add(p)
+	h.c.records.drop(p.UID) // as forget does on a delete or terminal event
+	if _, err := h.sync(k); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.key.calls.Load(); n != 0 || h.c.records.len() != 0 {
+		t.Fatalf("%d signatures and %d records after the record was dropped, want none", n, h.c.records.len())
+	}
+}
+
+// A request that keeps failing to be written (here: the apiserver answers
+// 500) is logged once at default verbosity after loudRetries attempts, not
+// on every retry and not never.
+func TestALongRetryIsLoggedOnceAtDefaultVerbosity(t *testing.T) {
+	h := newHarness(t, nil)
+	h.answer = func(int, *certv1.PodCertificateRequest) error {
+		return apierrors.NewInternalError(errors.New("etcdserver: leader changed"))
+	}
+	var buf bytes.Buffer
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0), textlogger.Output(&buf))))
+	k := h.add(testPCR(t, h.signer.Name))
+	for range 3 * loudRetries {
+		h.c.queue.Add(k)
+		h.c.processNext(ctx)
+	}
+	if n := strings.Count(buf.String(), "Request still not done"); n != 1 {
+		t.Fatalf("%d lines about the long retry at default verbosity, want 1:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "leader changed") {
+		t.Errorf("the line does not give the error: %s", buf.String())
+	}
+	if n := h.key.calls.Load(); n != 1 {
+		t.Errorf("%d signatures for one request whose writes fail, want 1", n)
+	}
 }

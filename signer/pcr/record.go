@@ -53,7 +53,7 @@ type records struct {
 func newRecords() *records { return &records{m: map[types.UID]*requestRecord{}} }
 
 // get returns a copy of uid's record, creating it (first seen now) if
-// missing.
+// missing. Only the informer's handlers (enqueue) create records.
 func (rs *records) get(uid types.UID, now time.Time) requestRecord {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -63,6 +63,17 @@ func (rs *records) get(uid types.UID, now time.Time) requestRecord {
 		rs.m[uid] = r
 	}
 	return *r
+}
+
+// lookup returns a copy of uid's record, if it has one.
+func (rs *records) lookup(uid types.UID) (requestRecord, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.m[uid]
+	if !ok {
+		return requestRecord{}, false
+	}
+	return *r, true
 }
 
 // update changes uid's record under the lock, if it still has one: a
