@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keyward/keyward/signer/config"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,19 +23,15 @@ type EventPolicy struct {
 	// Issued records a Normal Event for every issued certificate.
 	Issued bool
 	// WarningsPerSecond and NormalPerSecond bound each kind (token buckets
-	// with a burst of 10 seconds' worth). Defaults 10 and 10.
+	// with a burst of 10 seconds' worth); default config.DefaultEventsPerSecond.
+	// The Events client's own QPS (signer/run.go) is above their sum, so
+	// client-go's broadcaster queue never fills and drops silently.
 	WarningsPerSecond float64
 	NormalPerSecond   float64
 }
 
-// Default Event rates. The Events client's own QPS (signer/run.go) is above
-// their sum, so the broadcaster's queue never fills and drops silently.
-const (
-	DefaultWarningEventsPerSecond = 10
-	DefaultNormalEventsPerSecond  = 10
-	// delayedEventEvery coalesces SigningDelayed Events of one request.
-	delayedEventEvery = 5 * time.Minute
-)
+// delayedEventEvery coalesces SigningDelayed Events of one request.
+const delayedEventEvery = 5 * time.Minute
 
 // eventLog records Events within EventPolicy's rates.
 type eventLog struct {
@@ -47,10 +44,10 @@ type eventLog struct {
 
 func newEventLog(rec record.EventRecorder, p EventPolicy, c clock.Clock, m *Metrics) *eventLog {
 	if p.WarningsPerSecond <= 0 {
-		p.WarningsPerSecond = DefaultWarningEventsPerSecond
+		p.WarningsPerSecond = config.DefaultEventsPerSecond
 	}
 	if p.NormalPerSecond <= 0 {
-		p.NormalPerSecond = DefaultNormalEventsPerSecond
+		p.NormalPerSecond = config.DefaultEventsPerSecond
 	}
 	return &eventLog{rec: rec, policy: p, clock: c, metrics: m,
 		warnings: rate.NewLimiter(rate.Limit(p.WarningsPerSecond), int(max(1, 10*p.WarningsPerSecond))),
