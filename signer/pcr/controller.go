@@ -641,7 +641,7 @@ func (c *Controller) check(s *signerState, r *request) *profile.Denial {
 		const listed = 5
 		var quoted []string
 		for _, k := range unknown[:min(len(unknown), listed)] {
-			quoted = append(quoted, quote(k))
+			quoted = append(quoted, profile.Quote(k))
 		}
 		if len(unknown) > listed {
 			quoted = append(quoted, fmt.Sprintf("and %d more", len(unknown)-listed))

@@ -3,8 +3,6 @@ package pcr
 import (
 	"fmt"
 	"unicode/utf8"
-
-	"github.com/keyward/keyward/signer/profile"
 )
 
 // Size limits of what keyward writes. kube-apiserver refuses condition
@@ -28,7 +26,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:cut] + suffix
 }
-
-// quote quotes at most profile.MaxQuoted bytes of a value the requester
-// chose, saying how long it was.
-func quote(v string) string { return profile.Quote(v) }
