@@ -128,25 +128,28 @@ func (g *PermissionGate) Check(ctx context.Context) error {
 	}
 	g.mu.Lock()
 	g.checked = true
-	g.general = errors.Join(general...)
+	oldGeneral, newGeneral := g.general, errors.Join(general...)
+	g.general = newGeneral
 	old := g.missing
 	g.missing = missing
 	g.mu.Unlock()
+	// Log and report changes only: a grant missing for hours is one error
+	// line, not one per recheck.
 	logger := klog.FromContext(ctx)
+	if newGeneral != nil && (oldGeneral == nil || oldGeneral.Error() != newGeneral.Error()) {
+		logger.Error(newGeneral, "Not issuing for any signer name until the grants are added")
+	}
 	for _, n := range g.names {
-		was, is := old[n] != nil, missing[n] != nil
-		if is && !was {
+		was, is := old[n] != nil || oldGeneral != nil, missing[n] != nil || newGeneral != nil
+		if missing[n] != nil && old[n] == nil {
 			logger.Error(missing[n], "Not issuing for this signer name until the grant is added", "signer", n)
 		}
 		if was && !is {
-			logger.Info("Permission to sign is back; issuing again", "signer", n)
+			logger.Info("Permissions are back; issuing again", "signer", n)
 		}
 		if g.onState != nil && was != is {
 			g.onState(n, is)
 		}
-	}
-	if len(general) > 0 {
-		logger.Error(errors.Join(general...), "Not issuing until the grants are added")
 	}
 	return g.Err()
 }

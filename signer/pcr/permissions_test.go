@@ -1,6 +1,7 @@
 package pcr
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
 
 // gateAgainst answers SelfSubjectAccessReviews from a set of granted
@@ -140,5 +143,33 @@ func TestPermissionGateBlocksUntilACheckAnswers(t *testing.T) {
 	}
 	if err := g.Blocked("keyward.dev/a"); err != nil {
 		t.Fatalf("blocked after a passing check: %v", err)
+	}
+}
+
+// A grant every name needs (update on the status), missing across many
+// rechecks, is one error line, and every signer name reports it (the
+// keyward_signer_permission_missing gauge); it coming back is reported too.
+func TestAMissingGeneralGrantIsReportedOncePerChange(t *testing.T) {
+	granted := map[string]bool{"list podcertificaterequests": true, "watch podcertificaterequests": true, "sign signers keyward.dev/*": true}
+	g := gateAgainst(t, granted, "keyward.dev/a", "keyward.dev/b")
+	state := map[string]bool{}
+	g.onState = func(n string, missing bool) { state[n] = missing }
+	var buf bytes.Buffer
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0), textlogger.Output(&buf))))
+	for range 3 {
+		_ = g.Check(ctx)
+	}
+	if n := strings.Count(buf.String(), "Not issuing for any signer name"); n != 1 {
+		t.Fatalf("%d error lines for one missing grant over 3 checks, want 1:\n%s", n, buf.String())
+	}
+	if !state["keyward.dev/a"] || !state["keyward.dev/b"] {
+		t.Fatalf("names reported missing: %v, want both", state)
+	}
+	granted["update podcertificaterequests/status"] = true
+	if err := g.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state["keyward.dev/a"] || state["keyward.dev/b"] {
+		t.Fatalf("names still reported missing after the grant: %v", state)
 	}
 }
