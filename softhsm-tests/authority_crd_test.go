@@ -141,6 +141,7 @@ func TestAuthorityCRD(t *testing.T) {
 		want := a.Spec
 		want.TrustBundleLabelDomain = "keyward.dev"
 		want.Generations[2].Phase = kwv1alpha1.PhaseStaged
+		want.Gates = kwv1alpha1.Gates{CanarySoak: &metav1.Duration{Duration: time.Hour}, PropagationWindow: &metav1.Duration{Duration: 5 * time.Minute}}
 		if gotSpec := fromUnstructured(t, got).Spec; !apiequality.Semantic.DeepEqual(gotSpec, want) {
 			t.Errorf("read back spec\n%+v\nwant\n%+v", gotSpec, want)
 		}
@@ -223,12 +224,12 @@ func TestAuthorityCRD(t *testing.T) {
 			Generations: []kwv1alpha1.GenerationStatus{{
 				Name:               "2026-05",
 				Phase:              kwv1alpha1.PhaseActive,
-				Since:              metav1.NewTime(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)),
+				Since:              &metav1.Time{Time: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)},
 				LastIssuedNotAfter: &metav1.Time{Time: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)},
 			}, {
 				Name:        "2026-11",
 				Phase:       kwv1alpha1.PhasePromoted,
-				Since:       metav1.NewTime(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)),
+				Since:       &metav1.Time{Time: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)},
 				Gate:        "propagation window",
 				GateOpensAt: &metav1.Time{Time: time.Date(2026, 11, 23, 0, 5, 0, 0, time.UTC)},
 			}},

@@ -75,6 +75,71 @@ type AuthoritySpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	TrustBundleLabelDomain string `json:"trustBundleLabelDomain,omitempty"`
+
+	// gates are the waits the controller enforces between phases.
+	// +optional
+	Gates Gates `json:"gates,omitempty"`
+}
+
+// Gates configure the waits between phases (docs/rotation.md lists which
+// gate holds which transition). Defaults are written in Go's duration form
+// ("1h0m0s", not "1h") so that a typed client's read-modify-write leaves
+// spec, and metadata.generation, unchanged.
+type Gates struct {
+	// canarySoak is how long a root must sit in the canary bundle with
+	// canary health holding before it goes on: Staged before Promoted, and
+	// Retiring before Retired. Default 1h.
+	// +optional
+	// +kubebuilder:default="1h0m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="canarySoak must be at least 1s"
+	CanarySoak *metav1.Duration `json:"canarySoak,omitempty"`
+
+	// propagationWindow is the least time after any change of a trust
+	// bundle before the next transition, so that every node has the new
+	// bundle (KEP-3257 expects delivery within 5 minutes). Default 5m.
+	// +optional
+	// +kubebuilder:default="5m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="propagationWindow must be at least 1s"
+	PropagationWindow *metav1.Duration `json:"propagationWindow,omitempty"`
+
+	// canaryHealth, if set, must hold throughout a canary soak; a failure
+	// restarts the soak.
+	// +optional
+	CanaryHealth *CanaryHealth `json:"canaryHealth,omitempty"`
+}
+
+// CanaryHealth is what must hold while a root soaks in the canary bundle.
+// +kubebuilder:validation:XValidation:rule="has(self.url) || has(self.pods)",message="canaryHealth needs a url, pods, or both"
+type CanaryHealth struct {
+	// url must answer a GET with a 2xx status, every interval.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="url must be http:// or https://"
+	URL string `json:"url,omitempty"`
+
+	// pods: the count of ready pods matching the selector must not drop
+	// below the count when the soak began.
+	// +optional
+	Pods *PodHealth `json:"pods,omitempty"`
+
+	// interval is how often the checks run. Default 10s.
+	// +optional
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="interval must be at least 1s"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// PodHealth selects the pods whose ready count is watched.
+type PodHealth struct {
+	// namespace of the pods.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+
+	// selector picks the pods.
+	// +required
+	Selector metav1.LabelSelector `json:"selector"`
 }
 
 // Generation is one CA: its key, its certificate, and the phase it should
@@ -131,6 +196,13 @@ type AuthorityStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Generations []GenerationStatus `json:"generations,omitempty"`
 
+	// bundles reports the canary and live ClusterTrustBundles.
+	// +optional
+	// +listType=map
+	// +listMapKey=version
+	// +kubebuilder:validation:MaxItems=2
+	Bundles []BundleStatus `json:"bundles,omitempty"`
+
 	// conditions are the Authority's conditions (e.g. Ready, Progressing).
 	// +optional
 	// +listType=map
@@ -151,12 +223,25 @@ type GenerationStatus struct {
 
 	// since is when the generation entered phase.
 	// +optional
-	Since metav1.Time `json:"since,omitempty"`
+	Since *metav1.Time `json:"since,omitempty"`
 
-	// lastIssuedNotAfter is the latest notAfter of any certificate signed
-	// with this generation's key: no retirement before it has passed.
+	// lastIssuedNotAfter bounds the notAfter of every certificate signed
+	// with this generation's key: the signer raises it before it signs a
+	// leaf that would end later, so no leaf outlives it. Unset: the key
+	// never signed. No retirement before it has passed. Written by the
+	// signer.
 	// +optional
 	LastIssuedNotAfter *metav1.Time `json:"lastIssuedNotAfter,omitempty"`
+
+	// keyCheck is the signer's report on the generation's key. Written by
+	// the signer.
+	// +optional
+	KeyCheck *KeyCheck `json:"keyCheck,omitempty"`
+
+	// readyPodsAtSoakStart is the ready-pod count canaryHealth.pods saw
+	// when this generation's canary soak began.
+	// +optional
+	ReadyPodsAtSoakStart *int32 `json:"readyPodsAtSoakStart,omitempty"`
 
 	// gate names what holds the next transition back (e.g. canary soak,
 	// propagation window, leaves still valid); empty when nothing does.
@@ -166,6 +251,61 @@ type GenerationStatus struct {
 	// gateOpensAt is when gate is expected to open, if it is time-bound.
 	// +optional
 	GateOpensAt *metav1.Time `json:"gateOpensAt,omitempty"`
+}
+
+// KeyCheck is what the signer found when it opened a generation's key.
+type KeyCheck struct {
+	// ready is true when the key opened, matches certificatePEM and the
+	// chain links up: the generation can issue.
+	// +required
+	Ready bool `json:"ready"`
+
+	// message says what is wrong when ready is false.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// keyVersion is the backend's version id of the key (e.g. a KMS
+	// cryptoKeyVersion, or token and CKA_ID).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	KeyVersion string `json:"keyVersion,omitempty"`
+
+	// time is when the signer last checked.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+}
+
+// BundleStatus is what the controller published in one ClusterTrustBundle.
+type BundleStatus struct {
+	// version is the bundle's cluster-trust-bundle-version label value:
+	// canary or live.
+	// +required
+	// +kubebuilder:validation:Enum=canary;live
+	Version string `json:"version"`
+
+	// name is the ClusterTrustBundle's name.
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// generations are the generations whose roots the bundle holds.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Generations []string `json:"generations,omitempty"`
+
+	// digest is the SHA-256 of the bundle's content (hex).
+	// +optional
+	Digest string `json:"digest,omitempty"`
+
+	// lastChangeTime is when the bundle's content last changed: the
+	// propagation window runs from here.
+	// +optional
+	LastChangeTime *metav1.Time `json:"lastChangeTime,omitempty"`
+
+	// published is true when the ClusterTrustBundle holds digest.
+	// +optional
+	Published bool `json:"published,omitempty"`
 }
 
 // AuthorityList is a list of Authority objects.
