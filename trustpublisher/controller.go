@@ -1,0 +1,284 @@
+package trustpublisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// ManagedByLabel and ManagedByValue mark the ClusterTrustBundles the trust
+// publisher owns; its informer watches only those.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "keyward"
+)
+
+// Event reasons recorded on an Authority.
+const (
+	EventGateOverridden  = "GateOverridden"
+	EventOverrideStale   = "OverrideStale"
+	EventOverrideInvalid = "OverrideInvalid"
+	EventBundlePublished = "BundlePublished"
+)
+
+const (
+	defaultResync        = 10 * time.Minute
+	defaultHealthTimeout = 5 * time.Second
+	defaultInterval      = 10 * time.Second
+	// maxRetry caps the backoff of a failing sync (e.g. a missing grant).
+	maxRetry = 5 * time.Minute
+)
+
+// Options configure New.
+type Options struct {
+	// Client writes ClusterTrustBundles, lists pods for canaryHealth.pods
+	// and asks SelfSubjectAccessReviews when a write is forbidden.
+	Client kubernetes.Interface
+	// Authorities reads Authority objects and applies their status.
+	Authorities *authclient.Client
+	// SignerNames are the signer names the controller acts for; an
+	// Authority for any other name is ignored (logged once). Required.
+	SignerNames []string
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// Recorder, if set, gets Events on Authorities.
+	Recorder record.EventRecorder
+	// Metrics, if set, is where the controller's series are registered.
+	Metrics prometheus.Registerer
+	// HTTPClient checks canaryHealth.url (default: 5s timeout).
+	HTTPClient *http.Client
+	// Workers (default 1) and Resync (default 10m) of the informers.
+	Workers int
+	Resync  time.Duration
+}
+
+// authorityWriter is what sync writes through (authclient.Client in
+// production, a recorder in unit tests).
+type authorityWriter interface {
+	ApplyStatus(ctx context.Context, name string, status any, fieldManager string) (*v1alpha1.Authority, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*v1alpha1.Authority, error)
+}
+
+// Controller moves Authorities through their rotation and publishes their
+// ClusterTrustBundles. Build it with New, run it with Run.
+type Controller struct {
+	opts        Options
+	clock       clock.WithTicker
+	writer      authorityWriter
+	authorities cache.SharedIndexInformer
+	bundles     cache.SharedIndexInformer
+	factory     informers.SharedInformerFactory
+	queue       workqueue.TypedRateLimitingInterface[string]
+	signers     map[string]bool
+	metrics     *metrics
+
+	mu sync.Mutex
+	// ignored: Authorities whose signer name is not ours, logged once.
+	ignored map[string]bool
+	// health: the latest canary health result per Authority.
+	health map[string]healthResult
+	// publishErr: the latest bundle write failure per Authority (its
+	// condition reason and message), logged once per change.
+	publishErr map[string]publishFailure
+}
+
+// New validates opts and builds a Controller. It starts nothing.
+func New(opts Options) (*Controller, error) {
+	if opts.Client == nil {
+		return nil, errors.New("trustpublisher: Options.Client is required")
+	}
+	if opts.Authorities == nil {
+		return nil, errors.New("trustpublisher: Options.Authorities is required")
+	}
+	if len(opts.SignerNames) == 0 {
+		return nil, errors.New("trustpublisher: Options.SignerNames is empty: the controller would act for no signer")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: defaultHealthTimeout}
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 1
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = defaultResync
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedByLabel + "=" + ManagedByValue }))
+	c := newController(opts, opts.Authorities, authclient.NewInformer(opts.Authorities, opts.Resync), m)
+	c.factory = factory
+	c.bundles = factory.Certificates().V1().ClusterTrustBundles().Informer()
+	return c, nil
+}
+
+func newController(opts Options, w authorityWriter, authorities cache.SharedIndexInformer, m *metrics) *Controller {
+	signers := map[string]bool{}
+	for _, s := range opts.SignerNames {
+		signers[s] = true
+	}
+	return &Controller{
+		opts:        opts,
+		clock:       opts.Clock,
+		writer:      w,
+		authorities: authorities,
+		signers:     signers,
+		metrics:     m,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, maxRetry),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "keyward-trustpublisher", Clock: opts.Clock}),
+		ignored:    map[string]bool{},
+		health:     map[string]healthResult{},
+		publishErr: map[string]publishFailure{},
+	}
+}
+
+// Run starts the informers and workers and blocks until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+
+	if _, err := c.authorities.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueAuthority(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueueAuthority(obj) },
+		DeleteFunc: func(obj any) { c.enqueueAuthority(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching Authorities: %w", err)
+	}
+	if _, err := c.bundles.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueBundle(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueueBundle(obj) },
+		DeleteFunc: func(obj any) { c.enqueueBundle(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching ClusterTrustBundles: %w", err)
+	}
+	go c.authorities.RunWithContext(ctx)
+	c.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.authorities.HasSynced, c.bundles.HasSynced) {
+		return fmt.Errorf("waiting for the Authority and ClusterTrustBundle caches: %w", ctx.Err())
+	}
+	logger.Info("Trust publisher started", "signers", c.opts.SignerNames)
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.sync(ctx, key)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	var r reportedError
+	if errors.As(err, &r) {
+		// Already logged once per change by sync; retried with backoff.
+		klog.FromContext(ctx).V(4).Info("Retrying Authority", "authority", key, "err", err)
+	} else {
+		klog.FromContext(ctx).Error(err, "Syncing Authority; will retry", "authority", key)
+	}
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+// reportedError is a sync failure sync has already logged (once per
+// change); the worker only retries it.
+type reportedError struct{ err error }
+
+func (e reportedError) Error() string { return e.err.Error() }
+func (e reportedError) Unwrap() error { return e.err }
+
+func (c *Controller) enqueueAuthority(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	a, ok := obj.(*v1alpha1.Authority)
+	if !ok {
+		return
+	}
+	c.queue.Add(a.Name)
+	// Another Authority naming the same signer is in or out of conflict.
+	peers, _ := authclient.BySignerName(c.authorities, a.Spec.SignerName)
+	for _, p := range peers {
+		if p.Name != a.Name {
+			c.queue.Add(p.Name)
+		}
+	}
+}
+
+func (c *Controller) enqueueBundle(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	b, ok := obj.(*certv1.ClusterTrustBundle)
+	if !ok {
+		return
+	}
+	peers, _ := authclient.BySignerName(c.authorities, b.Spec.SignerName)
+	for _, p := range peers {
+		c.queue.Add(p.Name)
+	}
+}
+
+// ignore logs once that an Authority names a signer this controller does
+// not act for.
+func (c *Controller) ignore(ctx context.Context, a *v1alpha1.Authority) {
+	c.mu.Lock()
+	seen := c.ignored[a.Name]
+	c.ignored[a.Name] = true
+	c.mu.Unlock()
+	if !seen {
+		klog.FromContext(ctx).Info("Ignoring Authority: its signer name is not one this signer serves",
+			"authority", a.Name, "signerName", a.Spec.SignerName, "served", c.opts.SignerNames)
+	}
+}
+
+// signerNames returns the served names, sorted (for messages).
+func (c *Controller) signerNames() []string {
+	out := make([]string, 0, len(c.signers))
+	for s := range c.signers {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,107 @@
+package trustpublisher
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var allPhases = []v1alpha1.Phase{v1alpha1.PhaseStaged, v1alpha1.PhasePromoted, v1alpha1.PhaseActive, v1alpha1.PhaseRetiring, v1alpha1.PhaseRetired}
+
+// metrics are the trust publisher's series, registered on the registry
+// Options.Metrics names (none when it is nil).
+type metrics struct {
+	phase       *prometheus.GaugeVec
+	bundleGen   *prometheus.GaugeVec
+	gateSeconds *prometheus.GaugeVec
+	caNotAfter  *prometheus.GaugeVec
+
+	mu      sync.Mutex
+	signers map[string]string // Authority name → signer name
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_generation_phase",
+			Help: "1 for the observed phase of each CA generation, 0 for the other phases.",
+		}, []string{"signer", "generation", "phase"}),
+		bundleGen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_bundle_generation",
+			Help: "metadata.generation of each published ClusterTrustBundle (canary, live); absent while the bundle has no member.",
+		}, []string{"signer", "version"}),
+		gateSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_gate_opens_seconds",
+			Help: "Seconds until the time-bound gate that holds a generation opens, as of the latest sync (negative: overdue).",
+		}, []string{"signer", "generation", "gate"}),
+		caNotAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_ca_not_after_timestamp_seconds",
+			Help: "notAfter of each CA generation's certificate (certificatePEM), as a Unix time.",
+		}, []string{"signer", "generation"}),
+		signers: map[string]string{},
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.phase, m.bundleGen, m.gateSeconds, m.caNotAfter} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering trust publisher metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observe replaces one Authority's series with what this sync found.
+func (m *metrics) observe(a *v1alpha1.Authority, plan Plan, bundles []desiredBundle, results []publishResult, now time.Time) {
+	signer := a.Spec.SignerName
+	m.mu.Lock()
+	m.signers[a.Name] = signer
+	m.mu.Unlock()
+	m.clear(signer)
+	for _, g := range a.Status.Generations {
+		for _, p := range allPhases {
+			v := 0.0
+			if g.Phase == p {
+				v = 1
+			}
+			m.phase.WithLabelValues(signer, g.Name, string(p)).Set(v)
+		}
+	}
+	for _, s := range plan.Steps {
+		if s.Gate != "" && s.OpensAt != nil {
+			m.gateSeconds.WithLabelValues(signer, s.Generation, s.Gate).Set(s.OpensAt.Sub(now).Seconds())
+		}
+	}
+	for _, g := range a.Spec.Generations {
+		if certs, err := ParseGeneration(g); err == nil {
+			m.caNotAfter.WithLabelValues(signer, g.Name).Set(float64(certs[0].NotAfter.Unix()))
+		}
+	}
+	for i, b := range bundles {
+		if b.pem != "" && results[i].err == nil && results[i].generation > 0 {
+			m.bundleGen.WithLabelValues(signer, b.version).Set(float64(results[i].generation))
+		}
+	}
+}
+
+func (m *metrics) clear(signer string) {
+	l := prometheus.Labels{"signer": signer}
+	m.phase.DeletePartialMatch(l)
+	m.bundleGen.DeletePartialMatch(l)
+	m.gateSeconds.DeletePartialMatch(l)
+	m.caNotAfter.DeletePartialMatch(l)
+}
+
+// forget drops the series of a deleted Authority.
+func (m *metrics) forget(name string) {
+	m.mu.Lock()
+	signer, ok := m.signers[name]
+	delete(m.signers, name)
+	m.mu.Unlock()
+	if ok {
+		m.clear(signer)
+	}
+}
