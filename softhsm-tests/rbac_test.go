@@ -8,7 +8,8 @@ import (
 )
 
 // The shipped RBAC (deploy/base/rbac.yaml) gives the signer's service
-// account what the PodCertificateRequest signer needs and nothing more; the
+// account what the PodCertificateRequest signer and the trust publisher
+// need and nothing more; the
 // apiserver's own authorizer answers each question.
 func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	ctx := testContext(t)
@@ -20,6 +21,12 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	}
 	signerVerb := func(verb, name string) attrs {
 		return attrs{Group: "certificates.k8s.io", Resource: "signers", Verb: verb, Name: name}
+	}
+	ctb := func(verb string) attrs {
+		return attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: verb}
+	}
+	auth := func(verb, sub string) attrs {
+		return attrs{Group: "keyward.dev", Resource: "authorities", Subresource: sub, Verb: verb}
 	}
 	cases := []struct {
 		name  string
@@ -42,8 +49,28 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 		{"does not delete PodCertificateRequests", pcr("delete", ""), false},
 		{"does not sign for a kubernetes.io signer", signerVerb("sign", "kubernetes.io/kube-apiserver-client-pod"), false},
 		{"does not sign for another domain's signers", signerVerb("sign", "example.com/*"), false},
-		{"does not attest (publish trust bundles)", signerVerb("attest", "keyward.dev/*"), false},
-		{"does not write ClusterTrustBundles", attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "create"}, false},
+		// The trust publisher's grants (same identity).
+		{"attests for keyward.dev/* signer names (publishes trust bundles)", signerVerb("attest", "keyward.dev/*"), true},
+		{"creates ClusterTrustBundles", ctb("create"), true},
+		{"gets ClusterTrustBundles", ctb("get"), true},
+		{"lists ClusterTrustBundles", ctb("list"), true},
+		{"watches ClusterTrustBundles", ctb("watch"), true},
+		{"updates ClusterTrustBundles", ctb("update"), true},
+		{"patches ClusterTrustBundles", ctb("patch"), true},
+		{"deletes ClusterTrustBundles", ctb("delete"), true},
+		{"gets Authorities", auth("get", ""), true},
+		{"lists Authorities", auth("list", ""), true},
+		{"watches Authorities", auth("watch", ""), true},
+		{"patches an Authority (removes a used override)", auth("patch", ""), true},
+		{"patches an Authority's status", auth("patch", "status"), true},
+
+		{"does not attest for another domain's signers", signerVerb("attest", "example.com/*"), false},
+		{"does not attest for a kubernetes.io signer", signerVerb("attest", "kubernetes.io/kube-apiserver-client"), false},
+		{"does not delete ClusterTrustBundles in bulk", ctb("deletecollection"), false},
+		{"does not create Authorities", auth("create", ""), false},
+		{"does not update an Authority's spec", auth("update", ""), false},
+		{"does not delete Authorities", auth("delete", ""), false},
+		{"does not update an Authority's status (applies it)", auth("update", "status"), false},
 		{"does not write CSR status", attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "status", Verb: "update"}, false},
 		{"does not approve CSRs", attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "approval", Verb: "update"}, false},
 		{"does not read Secrets", attrs{Resource: "secrets", Verb: "get", Namespace: signerNamespace}, false},
