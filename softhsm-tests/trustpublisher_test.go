@@ -164,6 +164,26 @@ func (f *rotationFixture) waitFor(what string, ok func(a *kwv1alpha1.Authority) 
 	return last
 }
 
+// steady waits until the Authority has not been written for a second, so
+// that what happens next is caused by the test, not by a sync in flight.
+func (f *rotationFixture) steady() *kwv1alpha1.Authority {
+	f.t.Helper()
+	var last *kwv1alpha1.Authority
+	err := wait.PollUntilContextTimeout(f.ctx, time.Second, 30*time.Second, false, func(ctx context.Context) (bool, error) {
+		a, err := f.c.Get(ctx, f.name)
+		if err != nil {
+			return false, err
+		}
+		done := last != nil && last.ResourceVersion == a.ResourceVersion
+		last = a
+		return done, nil
+	})
+	if err != nil {
+		f.t.Fatalf("waiting for Authority %s to be steady: %v", f.name, err)
+	}
+	return last
+}
+
 func statusSummary(a *kwv1alpha1.Authority) string {
 	if a == nil {
 		return "(none)"
@@ -409,8 +429,9 @@ func TestTrustPublisherRepairsBundles(t *testing.T) {
 	f := newRotationFixture(t, gates, generation("only", ca, kwv1alpha1.PhaseActive))
 	f.keyReady("only")
 	startTrustPublisher(t, signerSARestConfig(t), f.signer)
-	before := f.waitFor("only Active", phasesAre(map[string]kwv1alpha1.Phase{"only": kwv1alpha1.PhaseActive}))
+	f.waitFor("only Active", phasesAre(map[string]kwv1alpha1.Phase{"only": kwv1alpha1.PhaseActive}))
 	f.checkBundles("published", []*testCA{ca}, []*testCA{ca})
+	before := f.steady()
 
 	ctbs := cp.AdminClient().CertificatesV1().ClusterTrustBundles()
 	if err := ctbs.Delete(f.ctx, trustpublisher.BundleName(f.signer, "live"), metav1.DeleteOptions{}); err != nil {
