@@ -100,6 +100,11 @@ type Controller struct {
 	// publishErr: the latest bundle write failure per Authority (its
 	// condition reason and message), logged once per change.
 	publishErr map[string]publishFailure
+	// staleRV: the resourceVersion an Authority had when this controller
+	// last wrote it. Until the cache holds a newer version, a sync would
+	// act on a state the controller itself has already moved past (and,
+	// say, report an override twice), so it waits for the watch instead.
+	staleRV map[string]string
 }
 
 // New validates opts and builds a Controller. It starts nothing.
@@ -155,6 +160,7 @@ func newController(opts Options, w authorityWriter, authorities cache.SharedInde
 		ignored:    map[string]bool{},
 		health:     map[string]healthResult{},
 		publishErr: map[string]publishFailure{},
+		staleRV:    map[string]string{},
 	}
 }
 

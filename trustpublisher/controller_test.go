@@ -330,15 +330,28 @@ func TestOverrideMovesAndIsRemovedWithAnEvent(t *testing.T) {
 	if _, ok := h.authority().Annotations[v1alpha1.OverrideAnnotation]; ok {
 		t.Fatal("the override annotation is still there")
 	}
-	select {
-	case e := <-h.recorder.Events:
-		for _, want := range []string{"Warning", EventGateOverridden, "new", "Promoted", v1alpha1.GateCanarySoak, "drill"} {
-			if !strings.Contains(e, want) {
-				t.Errorf("event %q does not name %q", e, want)
-			}
+	e := h.event(EventGateOverridden)
+	for _, want := range []string{"Warning", "new", "Promoted", v1alpha1.GateCanarySoak, "drill", "alice"} {
+		if !strings.Contains(e, want) {
+			t.Errorf("event %q does not name %q", e, want)
 		}
-	default:
-		t.Fatal("no Event")
+	}
+	if e := h.event(EventGateOverridden); e != "" {
+		t.Fatalf("a second %s Event: %q", EventGateOverridden, e)
+	}
+}
+
+// event returns the next recorded Event with reason, or "".
+func (h *harness) event(reason string) string {
+	for {
+		select {
+		case e := <-h.recorder.Events:
+			if strings.Contains(e, " "+reason+" ") {
+				return e
+			}
+		default:
+			return ""
+		}
 	}
 }
 

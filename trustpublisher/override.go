@@ -40,6 +40,7 @@ func (c *Controller) reportOverride(ctx context.Context, a *v1alpha1.Authority, 
 	unforced := Evaluate(plain, now)
 
 	waiting := false
+	var stale []string
 	gens := make([]string, 0, len(o.Generations))
 	for g := range o.Generations {
 		gens = append(gens, g)
@@ -56,24 +57,26 @@ func (c *Controller) reportOverride(ctx context.Context, a *v1alpha1.Authority, 
 				gen, phaseOrNew(step.Observed), step.Next, strings.Join(skipped, ", "), o.Reason, requester(o))
 			logger.Info("Gate overridden", "audit", true, "signerName", a.Spec.SignerName, "generation", gen,
 				"from", phaseOrNew(step.Observed), "to", step.Next, "gatesSkipped", skipped, "reason", o.Reason, "requestedBy", requester(o))
-		case !ok || step.Desired != phase || step.Observed == phase:
-			why := "spec no longer asks for that phase"
-			if !ok {
-				why = "no such generation in spec"
-			} else if step.Observed == phase {
-				why = "the generation is already there"
-			}
-			c.event(a, corev1.EventTypeWarning, EventOverrideStale, "override for generation %s to %s dropped: %s", gen, phase, why)
-			logger.Info("Override dropped", "audit", true, "generation", gen, "phase", phase, "why", why, "reason", o.Reason)
+		case ok && step.Observed == phase:
+			// Arrived (by this override or otherwise): the entry is done.
+		case !ok:
+			stale = append(stale, fmt.Sprintf("%s→%s: no such generation in spec", gen, phase))
+		case step.Desired != phase:
+			stale = append(stale, fmt.Sprintf("%s→%s: spec asks for %s now", gen, phase, step.Desired))
 		default:
 			// Still held by a gate no override skips (InvalidCertificate,
 			// KeyNotReady): keep the annotation until it moves or is stale.
 			waiting = true
 		}
 	}
-	if !waiting {
-		c.removeOverride(ctx, a, raw)
+	if waiting {
+		return
 	}
+	if len(stale) > 0 {
+		c.event(a, corev1.EventTypeWarning, EventOverrideStale, "override dropped (%s): %s", o.Reason, strings.Join(stale, "; "))
+		logger.Info("Override dropped", "audit", true, "stale", stale, "reason", o.Reason, "requestedBy", requester(o))
+	}
+	c.removeOverride(ctx, a, raw)
 }
 
 func skippedGates(p Plan, gen string) []string {
@@ -99,9 +102,15 @@ func (c *Controller) removeOverride(ctx context.Context, a *v1alpha1.Authority, 
 		{"op": "test", "path": path, "value": raw},
 		{"op": "remove", "path": path},
 	})
-	_, err := c.writer.Patch(ctx, a.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: v1alpha1.FieldManagerTrustPublisher})
-	if err != nil && !apierrors.IsNotFound(err) {
-		// The next sync finds the annotation again and drops it as stale.
+	got, err := c.writer.Patch(ctx, a.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: v1alpha1.FieldManagerTrustPublisher})
+	switch {
+	case err == nil:
+		c.wrote(a, got)
+	case apierrors.IsNotFound(err), apierrors.IsInvalid(err):
+		// Gone, or the annotation changed meanwhile (the test op failed):
+		// the next sync looks at what is there now.
+		klog.FromContext(ctx).V(2).Info("Override annotation not removed: it changed or is gone", "err", err)
+	default:
 		klog.FromContext(ctx).Info("Removing the override annotation failed; the next sync retries", "err", err)
 	}
 }

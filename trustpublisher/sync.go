@@ -9,6 +9,7 @@ import (
 
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	a := obj.(*v1alpha1.Authority)
+	if c.behind(a) {
+		logger.V(4).Info("Cache behind this controller's own write; waiting for the watch", "resourceVersion", a.ResourceVersion)
+		return nil
+	}
 	if !c.signers[a.Spec.SignerName] {
 		c.ignore(ctx, a)
 		return nil
@@ -149,9 +154,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	fail := c.failure(name)
 	want := c.compose(next, plan, desired, fail, now)
 	if !sameStatus(ownOf(a), want) {
-		if _, err := c.writer.ApplyStatus(ctx, name, want, v1alpha1.FieldManagerTrustPublisher); err != nil {
+		got, err := c.writer.ApplyStatus(ctx, name, want, v1alpha1.FieldManagerTrustPublisher)
+		if err != nil {
 			return fmt.Errorf("applying the status of Authority %s: %w", name, err)
 		}
+		c.wrote(a, got)
 		logger.V(2).Info("Applied Authority status", "plan", planSummary(plan))
 	}
 	c.reportOverride(ctx, a, plan, now)
@@ -164,8 +171,19 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	after := c.compose(next, plan, desired, fail, now)
 	if !sameStatus(want, after) {
-		if _, err := c.writer.ApplyStatus(ctx, name, after, v1alpha1.FieldManagerTrustPublisher); err != nil {
+		got, err := c.writer.ApplyStatus(ctx, name, after, v1alpha1.FieldManagerTrustPublisher)
+		if err != nil {
 			return fmt.Errorf("applying the bundle status of Authority %s: %w", name, err)
+		}
+		c.wrote(a, got)
+	}
+	for i, d := range desired {
+		if published[i].written && published[i].err == nil {
+			if d.pem == "" {
+				c.event(a, corev1.EventTypeNormal, EventBundlePublished, "ClusterTrustBundle %s deleted: no generation belongs in it", d.name)
+			} else {
+				c.event(a, corev1.EventTypeNormal, EventBundlePublished, "ClusterTrustBundle %s holds the roots of generations [%s]", d.name, strings.Join(d.status.Generations, ", "))
+			}
 		}
 	}
 	c.metrics.observe(next, plan, desired, published, now)
@@ -358,11 +376,37 @@ func (c *Controller) syncConflict(ctx context.Context, a *v1alpha1.Authority, pe
 	if sameStatus(ownOf(a), want) {
 		return nil
 	}
-	if _, err := c.writer.ApplyStatus(ctx, a.Name, want, v1alpha1.FieldManagerTrustPublisher); err != nil {
+	got, err := c.writer.ApplyStatus(ctx, a.Name, want, v1alpha1.FieldManagerTrustPublisher)
+	if err != nil {
 		return fmt.Errorf("applying the Conflict status of Authority %s: %w", a.Name, err)
 	}
+	c.wrote(a, got)
 	klog.FromContext(ctx).Info("Authority conflicts with another for the same signer: nothing published", "signerName", a.Spec.SignerName, "authorities", names)
 	return nil
+}
+
+// wrote notes that the controller changed a (from version read to the
+// version got): the cache's copy of read is stale from now on.
+func (c *Controller) wrote(read, got *v1alpha1.Authority) {
+	if got == nil || got.ResourceVersion == read.ResourceVersion {
+		return
+	}
+	c.mu.Lock()
+	c.staleRV[read.Name] = read.ResourceVersion
+	c.mu.Unlock()
+}
+
+// behind reports whether the cache still holds a version of a this
+// controller has already written over.
+func (c *Controller) behind(a *v1alpha1.Authority) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rv, ok := c.staleRV[a.Name]
+	if ok && rv == a.ResourceVersion {
+		return true
+	}
+	delete(c.staleRV, a.Name)
+	return false
 }
 
 // forget drops what the controller remembers of a deleted Authority.
@@ -371,6 +415,7 @@ func (c *Controller) forget(name string) {
 	delete(c.ignored, name)
 	delete(c.health, name)
 	delete(c.publishErr, name)
+	delete(c.staleRV, name)
 	c.mu.Unlock()
 	c.metrics.forget(name)
 }
