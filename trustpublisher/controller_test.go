@@ -50,9 +50,18 @@ func (w *fakeWriter) ApplyStatus(_ context.Context, name string, status any, _ s
 	for _, g := range a.Status.Generations {
 		old[g.Name] = g
 	}
+	applied := map[string]bool{}
 	for i, g := range got.Generations {
 		got.Generations[i].LastIssuedNotAfter = old[g.Name].LastIssuedNotAfter
 		got.Generations[i].KeyCheck = old[g.Name].KeyCheck
+		applied[g.Name] = true
+	}
+	// The signer's fields of a generation the trust publisher no longer
+	// applies stay, listed first (another manager's order).
+	for _, g := range a.Status.Generations {
+		if !applied[g.Name] && (g.KeyCheck != nil || g.LastIssuedNotAfter != nil) {
+			got.Generations = append([]v1alpha1.GenerationStatus{{Name: g.Name, KeyCheck: g.KeyCheck, LastIssuedNotAfter: g.LastIssuedNotAfter}}, got.Generations...)
+		}
 	}
 	a.Status = got
 	a.ResourceVersion += "1"
@@ -229,6 +238,27 @@ func TestSteadyAuthorityCausesNoWrites(t *testing.T) {
 		if act.GetVerb() != "list" {
 			t.Fatalf("a steady Authority made a %s of %s", act.GetVerb(), act.GetResource().Resource)
 		}
+	}
+}
+
+// The signer's entry for a generation gone from spec, listed in another
+// order than spec's, is not a difference: still no writes.
+func TestSignerOnlyGenerationCausesNoWrites(t *testing.T) {
+	a, _, _ := bootstrapped(t)
+	a.Status.Generations = append(a.Status.Generations, v1alpha1.GenerationStatus{Name: "gone", KeyCheck: &v1alpha1.KeyCheck{Ready: false}})
+	h := newHarness(t, a)
+	h.settle()
+	if n := len(h.authority().Status.Generations); n != 2 {
+		t.Fatalf("%d status generations, want old and the signer's gone", n)
+	}
+	applies := h.w.applies
+	for range 3 {
+		if err := h.sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.w.applies != applies {
+		t.Fatalf("%d status writes, want 0", h.w.applies-applies)
 	}
 }
 

@@ -63,6 +63,11 @@ func ownOf(a *v1alpha1.Authority) ownStatus {
 			n := *g.ReadyPodsAtSoakStart
 			og.ReadyPodsAtSoakStart = &n
 		}
+		if og == (ownGeneration{Name: g.Name}) {
+			// Only the signer's fields (e.g. the keyCheck of a generation
+			// gone from spec): nothing of ours.
+			continue
+		}
 		s.Generations = append(s.Generations, og)
 	}
 	for _, b := range a.Status.Bundles {
@@ -86,7 +91,7 @@ func sec(t *metav1.Time) *metav1.Time {
 }
 
 // sameStatus reports whether applying b over a would change nothing a
-// reader cares about. The Progressing message is not compared: it names
+// reader cares about (in any order of list items). The Progressing message is not compared: it names
 // numbers that move with the clock ("soak: 12m of 1h"), and writing it on
 // every sync would loop on the trust publisher's own updates; it is
 // refreshed with the next real change.
@@ -99,6 +104,11 @@ func sameStatus(a, b ownStatus) bool {
 			}
 		}
 		slices.SortFunc(s.Conditions, func(x, y metav1.Condition) int { return strings.Compare(x.Type, y.Type) })
+		// Server-side apply merges lists by key; their order is not ours.
+		s.Generations = slices.Clone(s.Generations)
+		slices.SortFunc(s.Generations, func(x, y ownGeneration) int { return strings.Compare(x.Name, y.Name) })
+		s.Bundles = slices.Clone(s.Bundles)
+		slices.SortFunc(s.Bundles, func(x, y v1alpha1.BundleStatus) int { return strings.Compare(x.Version, y.Version) })
 		return s
 	}
 	return equality.Semantic.DeepEqual(strip(a), strip(b))
