@@ -195,6 +195,11 @@ func bootstrapped(t *testing.T) (*v1alpha1.Authority, *testCA, *testCA) {
 	return f.a, old, next
 }
 
+// addNew adds generation "new" with ca's root, desired at p.
+func addNew(a *v1alpha1.Authority, ca *testCA, p v1alpha1.Phase) {
+	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: ca.pem, Phase: p})
+}
+
 func TestBootstrapPublishesBothBundlesAndSettles(t *testing.T) {
 	a, old, _ := bootstrapped(t)
 	h := newHarness(t, a)
@@ -265,7 +270,7 @@ func TestSignerOnlyGenerationCausesNoWrites(t *testing.T) {
 // A full rotation driven by spec edits, gates counted on a fake clock.
 func TestRotationMovesOnlyWhenGatesOpen(t *testing.T) {
 	a, old, next := bootstrapped(t)
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhaseStaged})
+	addNew(a, next, v1alpha1.PhaseStaged)
 	h := newHarness(t, a)
 	h.settle()
 	if h.phase("new") != v1alpha1.PhaseStaged || h.bundle("canary") != old.pem+next.pem || h.bundle("live") != old.pem {
@@ -344,7 +349,7 @@ func TestRepairedDriftIsNotAChange(t *testing.T) {
 // Warning Event naming generation, phase, gate and reason, and is removed.
 func TestOverrideMovesAndIsRemovedWithAnEvent(t *testing.T) {
 	a, _, next := bootstrapped(t)
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhaseStaged})
+	addNew(a, next, v1alpha1.PhaseStaged)
 	h := newHarness(t, a)
 	h.settle()
 	h.setSpecPhase("new", v1alpha1.PhasePromoted)
@@ -398,7 +403,7 @@ func TestFailingCanaryHealthRestartsTheSoak(t *testing.T) {
 	defer srv.Close()
 	a, _, next := bootstrapped(t)
 	a.Spec.Gates.CanaryHealth = &v1alpha1.CanaryHealth{URL: srv.URL, Interval: &metav1.Duration{Duration: time.Second}}
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhasePromoted})
+	addNew(a, next, v1alpha1.PhasePromoted)
 	h := newHarness(t, a)
 	h.settle()
 	staged := h.clock.Now()

@@ -46,7 +46,7 @@ func TestUnusableOverridesAreRemovedWithAnEvent(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a, _, next := bootstrapped(t)
-			a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhaseStaged})
+			addNew(a, next, v1alpha1.PhaseStaged)
 			h := newHarness(t, a)
 			h.settle()
 			h.setSpecPhase("new", v1alpha1.PhasePromoted)
@@ -69,7 +69,7 @@ func TestUnusableOverridesAreRemovedWithAnEvent(t *testing.T) {
 // stays until the generation can move.
 func TestOverrideWaitsForAReadyKey(t *testing.T) {
 	a, _, next := bootstrapped(t)
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhasePromoted})
+	addNew(a, next, v1alpha1.PhasePromoted)
 	h := newHarness(t, a)
 	h.settle()
 	h.clock.Step(2 * time.Minute)
@@ -92,7 +92,7 @@ func TestOverrideWaitsForAReadyKey(t *testing.T) {
 // on: an override is reported once, not once per stale look.
 func TestStaleCacheAfterOwnWriteIsNotActedOn(t *testing.T) {
 	a, _, next := bootstrapped(t)
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhaseStaged})
+	addNew(a, next, v1alpha1.PhaseStaged)
 	h := newHarness(t, a)
 	h.settle()
 	h.setSpecPhase("new", v1alpha1.PhasePromoted)
@@ -201,7 +201,7 @@ func TestMissingAttestIsNamedAndNotLooped(t *testing.T) {
 func TestReadyPodsDropHoldsTheSoak(t *testing.T) {
 	a, _, next := bootstrapped(t)
 	a.Spec.Gates.CanaryHealth = &v1alpha1.CanaryHealth{Pods: &v1alpha1.PodHealth{Namespace: "canary", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "canary"}}}}
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhasePromoted})
+	addNew(a, next, v1alpha1.PhasePromoted)
 	h := newHarness(t, a)
 	pod := func(name string, ready corev1.ConditionStatus) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "canary", Labels: map[string]string{"app": "canary"}},
@@ -230,7 +230,7 @@ func TestReadyPodsDropHoldsTheSoak(t *testing.T) {
 
 func TestMetricsReportPhasesGatesAndExpiry(t *testing.T) {
 	a, old, next := bootstrapped(t)
-	a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: "new", KeyURI: "file:/new", CertificatePEM: next.pem, Phase: v1alpha1.PhasePromoted})
+	addNew(a, next, v1alpha1.PhasePromoted)
 	h := newHarness(t, a)
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg)
