@@ -164,7 +164,9 @@ func newController(opts Options, w authorityWriter, authorities cache.SharedInde
 	}
 }
 
-// Run starts the informers and workers and blocks until ctx is done.
+// Run starts the informers and workers and blocks until ctx is done. It
+// may be called once: for each leadership term build a new Controller
+// (New accepts the same Metrics registry again).
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()

@@ -1,6 +1,7 @@
 package trustpublisher
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -46,8 +47,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.phase, m.bundleGen, m.gateSeconds, m.caNotAfter} {
-		if err := reg.Register(c); err != nil {
+	for _, v := range []**prometheus.GaugeVec{&m.phase, &m.bundleGen, &m.gateSeconds, &m.caNotAfter} {
+		err := reg.Register(*v)
+		var are prometheus.AlreadyRegisteredError
+		switch {
+		case err == nil:
+		case errors.As(err, &are):
+			// A Controller built again on the same registry (a new
+			// leadership term) shares the series.
+			existing, ok := are.ExistingCollector.(*prometheus.GaugeVec)
+			if !ok {
+				return nil, fmt.Errorf("registering trust publisher metrics: %w", err)
+			}
+			*v = existing
+		default:
 			return nil, fmt.Errorf("registering trust publisher metrics: %w", err)
 		}
 	}

@@ -275,3 +275,37 @@ func gauge(t *testing.T, g prometheus.Gauge) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+// A bundle with no member is not created, and is deleted when its last
+// member leaves (the apiserver refuses an empty one).
+func TestEmptyBundleIsDeleted(t *testing.T) {
+	ca := rootCA(t, "lonely")
+	f := newFixture(time.Minute, 30*time.Second)
+	f.gen("g", ca, v1alpha1.PhaseStaged, "", time.Time{})
+	h := newHarness(t, f.a)
+	h.settle()
+	if h.bundle("canary") != ca.pem || h.bundle("live") != "" {
+		t.Fatalf("staged: canary=%q live=%q, want only canary", h.bundle("canary"), h.bundle("live"))
+	}
+	h.setSpecPhase("g", v1alpha1.PhaseRetired)
+	h.settle()
+	if h.phase("g") != v1alpha1.PhaseRetired {
+		t.Fatalf("g = %s, want Retired", h.phase("g"))
+	}
+	if _, err := h.cs.CertificatesV1().ClusterTrustBundles().Get(t.Context(), BundleName("example.com/workload", "canary"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("canary bundle after its last member left: %v, want NotFound", err)
+	}
+	if !meta.IsStatusConditionTrue(h.authority().Status.Conditions, v1alpha1.ConditionBundlesPublished) {
+		t.Fatalf("BundlesPublished not True: %+v", h.condition(v1alpha1.ConditionBundlesPublished))
+	}
+}
+
+// New may be called again on the same registry (a new leadership term).
+func TestNewTwiceOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for range 2 {
+		if _, err := newMetrics(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
