@@ -76,6 +76,8 @@ type rotationFixture struct {
 	c      *authclient.Client
 	name   string
 	signer string
+	// ready are the generations whose keyCheck the test signer reports.
+	ready []string
 }
 
 func newRotationFixture(t *testing.T, gates kwv1alpha1.Gates, gens ...kwv1alpha1.Generation) *rotationFixture {
@@ -136,12 +138,16 @@ func (f *rotationFixture) setPhases(phases map[string]kwv1alpha1.Phase) {
 	})
 }
 
-// keyReady writes the signer's keyCheck for gen, as the signer would.
+// keyReady reports gen's key ready, as the signer would: its apply lists
+// every generation it reports on (a field it leaves out is dropped).
 func (f *rotationFixture) keyReady(gen string) {
 	f.t.Helper()
-	if _, err := f.c.ApplyStatus(f.ctx, f.name, map[string]any{"generations": []map[string]any{
-		{"name": gen, "keyCheck": map[string]any{"ready": true, "time": metav1.Now()}},
-	}}, kwv1alpha1.FieldManagerSigner); err != nil {
+	f.ready = append(f.ready, gen)
+	var gens []map[string]any
+	for _, g := range f.ready {
+		gens = append(gens, map[string]any{"name": g, "keyCheck": map[string]any{"ready": true}})
+	}
+	if _, err := f.c.ApplyStatus(f.ctx, f.name, map[string]any{"generations": gens}, kwv1alpha1.FieldManagerSigner); err != nil {
 		f.t.Fatalf("signer's keyCheck for %s: %v", gen, err)
 	}
 }
@@ -351,6 +357,11 @@ func TestTrustPublisherRotatesCanaryThenLive(t *testing.T) {
 	live = kubeletView(t, f.ctx, f.signer, "live")
 	if verifiesAgainst(leafOld, live) || !verifiesAgainst(leafNew, live) {
 		t.Fatal("after retirement: want only the new key's leaf to verify against live")
+	}
+	for _, g := range []string{"old", "new"} {
+		if kc := observed(a, g).KeyCheck; kc == nil || !kc.Ready {
+			t.Errorf("generation %s's keyCheck = %+v: the trust publisher's status applies erased the signer's field", g, kc)
+		}
 	}
 	if !meta.IsStatusConditionTrue(a.Status.Conditions, kwv1alpha1.ConditionReady) || meta.IsStatusConditionTrue(a.Status.Conditions, kwv1alpha1.ConditionProgressing) {
 		t.Fatalf("at the end: %s; want Ready and not Progressing", statusSummary(a))
