@@ -218,6 +218,29 @@ func TestAuthorityCRD(t *testing.T) {
 		wantInvalid(t, err, "spec.signerName", "signerName is immutable")
 	})
 
+	t.Run("a generation is removed only after its phase is Retired", func(t *testing.T) {
+		created, err := authorities.Create(ctx, toUnstructured(t, validAuthority("crd-remove")), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := fromUnstructured(t, created)
+		removed := a.DeepCopy()
+		removed.Spec.Generations = removed.Spec.Generations[:1]
+		_, err = authorities.Update(ctx, toUnstructured(t, removed), metav1.UpdateOptions{})
+		wantInvalid(t, err, "spec.generations", "removed only after its phase is Retired")
+
+		a.Spec.Generations[1].Phase = kwv1alpha1.PhaseRetired
+		retired, err := authorities.Update(ctx, toUnstructured(t, a), metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = fromUnstructured(t, retired)
+		a.Spec.Generations = a.Spec.Generations[:1]
+		if _, err := authorities.Update(ctx, toUnstructured(t, a), metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("removing a Retired generation: %v", err)
+		}
+	})
+
 	t.Run("status is written only through the status subresource", func(t *testing.T) {
 		status := kwv1alpha1.AuthorityStatus{
 			ObservedGeneration: 1,

@@ -59,12 +59,14 @@ type AuthoritySpec struct {
 	SignerName string `json:"signerName"`
 
 	// generations are the signer's CA generations, old and new. At most one
-	// may be Active; names are unique.
+	// may be Active; names are unique; a generation is removed only after
+	// its phase is Retired.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:XValidation:rule="self.filter(g, has(g.phase) && g.phase == 'Active').size() <= 1",message="two generations active: at most one generation may have phase Active"
+	// +kubebuilder:validation:XValidation:rule="oldSelf.all(o, (has(o.phase) && o.phase == 'Retired') || self.exists(g, g.name == o.name))",message="a generation can be removed only after its phase is Retired: set phase Retired and wait until status shows it"
 	Generations []Generation `json:"generations,omitempty"`
 
 	// trustBundleLabelDomain is the domain of the

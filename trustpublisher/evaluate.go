@@ -1,0 +1,396 @@
+package trustpublisher
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Evaluate decides, for every generation of a at now, the phase it moves
+// to and the gate that holds it back (docs/rotation.md has the table). It
+// reads only the object: spec (desired phases, gates), status (observed
+// phases, the signer's keyCheck and lastIssuedNotAfter, published bundles,
+// the CanaryHealthy condition) and the override annotation. The
+// controller and `keyward trust` share it, so a command refuses exactly
+// what the controller would hold.
+//
+// A generation moves one step per evaluation, except at bootstrap (no
+// generation observed Active: the one desired Active goes there at once)
+// and under an override (straight to the phase the override names). The
+// Active generation leaves Active only in the step that makes another one
+// Active.
+func Evaluate(a *v1alpha1.Authority, now time.Time) Plan {
+	e := &evaluation{a: a, now: now, observed: map[string]*v1alpha1.GenerationStatus{}}
+	for i := range a.Status.Generations {
+		g := &a.Status.Generations[i]
+		e.observed[g.Name] = g
+	}
+	e.soak, e.window = DefaultCanarySoak, DefaultPropagationWindow
+	if d := a.Spec.Gates.CanarySoak; d != nil {
+		e.soak = d.Duration
+	}
+	if d := a.Spec.Gates.PropagationWindow; d != nil {
+		e.window = d.Duration
+	}
+	var plan Plan
+	plan.Override, plan.OverrideErr = ParseOverride(a)
+	e.override = plan.Override
+
+	active := "" // the generation observed Active, if it is still in spec
+	for _, g := range a.Spec.Generations {
+		if e.phase(g.Name) == v1alpha1.PhaseActive {
+			active = g.Name
+		}
+	}
+	bootstrap := active == ""
+
+	for _, g := range a.Spec.Generations {
+		plan.Steps = append(plan.Steps, e.step(g, bootstrap))
+	}
+
+	// The Active generation's step is decided by its successor's.
+	if active != "" {
+		i := stepIndex(plan, active)
+		s := &plan.Steps[i]
+		// A forced step leaves Active even without a successor: in an
+		// emergency, issuing nothing beats issuing with a compromised key.
+		if s.Desired != v1alpha1.PhaseActive && !s.Forced {
+			succ := -1
+			for j, t := range plan.Steps {
+				if j != i && t.Desired == v1alpha1.PhaseActive {
+					succ = j
+				}
+			}
+			switch {
+			case succ >= 0 && plan.Steps[succ].Next == v1alpha1.PhaseActive:
+				s.Next, s.Gate, s.Message, s.OpensAt = v1alpha1.PhasePromoted, "", "", nil
+				if e.forced(s.Generation, s.Desired) {
+					s.Next, s.Forced = s.Desired, true
+				}
+			case succ >= 0:
+				t := plan.Steps[succ]
+				s.Gate, s.OpensAt = t.Gate, t.OpensAt
+				s.Message = fmt.Sprintf("stays Active until %s becomes Active (%s: %s)", t.Generation, t.Generation, orDash(t.Message))
+			default:
+				s.Gate = v1alpha1.GateNoSuccessor
+				s.Message = "the Active generation leaves Active only when another generation becomes Active: set one to Active (keyward trust activate)"
+			}
+		}
+	}
+	return plan
+}
+
+type evaluation struct {
+	a            *v1alpha1.Authority
+	now          time.Time
+	observed     map[string]*v1alpha1.GenerationStatus
+	soak, window time.Duration
+	override     *v1alpha1.Override
+}
+
+func (e *evaluation) phase(name string) v1alpha1.Phase {
+	if g, ok := e.observed[name]; ok {
+		return g.Phase
+	}
+	return ""
+}
+
+func (e *evaluation) forced(name string, desired v1alpha1.Phase) bool {
+	return e.override != nil && e.override.Generations[name] == desired
+}
+
+// hop is the next phase on the way from observed to desired.
+func hop(observed, desired v1alpha1.Phase) v1alpha1.Phase {
+	down := desired == v1alpha1.PhaseRetiring || desired == v1alpha1.PhaseRetired
+	switch observed {
+	case "":
+		if down {
+			return v1alpha1.PhaseRetired
+		}
+		return v1alpha1.PhaseStaged
+	case v1alpha1.PhaseStaged:
+		if down {
+			return v1alpha1.PhaseRetired
+		}
+		return v1alpha1.PhasePromoted
+	case v1alpha1.PhasePromoted:
+		switch desired {
+		case v1alpha1.PhaseStaged:
+			return v1alpha1.PhaseStaged
+		case v1alpha1.PhaseActive:
+			return v1alpha1.PhaseActive
+		}
+		return v1alpha1.PhaseRetiring
+	case v1alpha1.PhaseActive:
+		return v1alpha1.PhasePromoted
+	case v1alpha1.PhaseRetiring:
+		if desired == v1alpha1.PhaseRetired {
+			return v1alpha1.PhaseRetired
+		}
+		return v1alpha1.PhasePromoted
+	case v1alpha1.PhaseRetired:
+		if down {
+			return v1alpha1.PhaseRetired // Retiring is reached from Promoted only
+		}
+		return v1alpha1.PhaseStaged
+	}
+	return observed
+}
+
+// closed is one gate that holds a step.
+type closed struct {
+	gate    string
+	message string
+	opensAt *time.Time
+}
+
+func (e *evaluation) step(g v1alpha1.Generation, bootstrap bool) Step {
+	desired := g.Phase
+	if desired == "" {
+		desired = v1alpha1.PhaseStaged
+	}
+	s := Step{Generation: g.Name, Observed: e.phase(g.Name), Desired: desired}
+	s.Next = s.Observed
+	if s.Observed == desired || (s.Observed == v1alpha1.PhaseRetired && desired == v1alpha1.PhaseRetiring) {
+		return s
+	}
+	next := hop(s.Observed, desired)
+	var gates []closed
+	switch {
+	case e.forced(g.Name, desired):
+		next, s.Forced = desired, true
+		gates = e.always(g, next)
+	case bootstrap && desired == v1alpha1.PhaseActive:
+		next = v1alpha1.PhaseActive
+		gates = e.always(g, next)
+	case s.Observed == v1alpha1.PhaseActive:
+		// Decided with the successor's step (Evaluate).
+		return s
+	default:
+		gates = e.edge(g, s.Observed, next)
+	}
+	if len(gates) == 0 {
+		s.Next = next
+		return s
+	}
+	s.Forced = false // an override that cannot be used is not reported as used
+	s.Gate, s.Message, s.OpensAt = summarize(gates)
+	s.Message = fmt.Sprintf("%s → %s: %s", orDash(string(s.Observed)), next, s.Message)
+	return s
+}
+
+// always are the gates no override skips: a certificate that cannot be
+// used, and (to become Active) a key the signer has not found usable.
+func (e *evaluation) always(g v1alpha1.Generation, next v1alpha1.Phase) []closed {
+	var out []closed
+	if next == v1alpha1.PhaseStaged || next == v1alpha1.PhasePromoted || next == v1alpha1.PhaseActive {
+		out = append(out, e.invalid(g)...)
+	}
+	if next == v1alpha1.PhaseActive {
+		out = append(out, e.keyNotReady(g)...)
+		out = append(out, e.notYetValid(g)...)
+	}
+	return out
+}
+
+// edge are the gates of one step from observed to next.
+func (e *evaluation) edge(g v1alpha1.Generation, observed, next v1alpha1.Phase) []closed {
+	out := e.always(g, next)
+	switch {
+	case next == v1alpha1.PhaseStaged && observed != v1alpha1.PhasePromoted:
+		// Adding a root to the canary bundle breaks nothing.
+	case observed == v1alpha1.PhaseRetiring && next == v1alpha1.PhasePromoted:
+		// Neither does putting it back.
+	case observed == v1alpha1.PhaseStaged && next == v1alpha1.PhasePromoted:
+		out = append(out, e.published()...)
+		out = append(out, e.soaked(g)...)
+		out = append(out, e.propagated()...)
+	case observed == v1alpha1.PhasePromoted && next == v1alpha1.PhaseActive:
+		out = append(out, e.published()...)
+		out = append(out, e.propagated()...)
+	case observed == v1alpha1.PhasePromoted && next == v1alpha1.PhaseRetiring:
+		out = append(out, e.published()...)
+		out = append(out, e.leavesValid(g)...)
+		out = append(out, e.propagated()...)
+	case observed == v1alpha1.PhaseRetiring && next == v1alpha1.PhaseRetired:
+		out = append(out, e.published()...)
+		out = append(out, e.soaked(g)...)
+		out = append(out, e.propagated()...)
+	case observed == v1alpha1.PhasePromoted && next == v1alpha1.PhaseStaged:
+		out = append(out, e.published()...)
+		out = append(out, e.leavesValid(g)...)
+		out = append(out, e.propagated()...)
+	case next == v1alpha1.PhaseRetired:
+		// From Staged, or a generation never published.
+		out = append(out, e.leavesValid(g)...)
+	}
+	return out
+}
+
+func (e *evaluation) invalid(g v1alpha1.Generation) []closed {
+	certs, err := parseGeneration(g)
+	if err != nil {
+		return []closed{{gate: v1alpha1.GateInvalidCertificate, message: err.Error()}}
+	}
+	for _, c := range certs {
+		if !e.now.Before(c.NotAfter) {
+			return []closed{{gate: v1alpha1.GateInvalidCertificate, message: fmt.Sprintf("certificate %s expired at %s", c.Subject, stamp(c.NotAfter))}}
+		}
+	}
+	return nil
+}
+
+func (e *evaluation) notYetValid(g v1alpha1.Generation) []closed {
+	certs, err := parseGeneration(g)
+	if err != nil {
+		return nil // invalid() reports it
+	}
+	var late time.Time
+	for _, c := range certs {
+		if c.NotBefore.After(late) {
+			late = c.NotBefore
+		}
+	}
+	if !late.After(e.now) {
+		return nil
+	}
+	return []closed{{gate: v1alpha1.GateNotYetValid, message: fmt.Sprintf("the CA certificate is valid from %s", stamp(late)), opensAt: &late}}
+}
+
+func (e *evaluation) keyNotReady(g v1alpha1.Generation) []closed {
+	st := e.observed[g.Name]
+	switch {
+	case st == nil || st.KeyCheck == nil:
+		return []closed{{gate: v1alpha1.GateKeyNotReady, message: "the signer has not reported on the key yet (status keyCheck)"}}
+	case !st.KeyCheck.Ready:
+		return []closed{{gate: v1alpha1.GateKeyNotReady, message: "the signer cannot use the key: " + orDash(st.KeyCheck.Message)}}
+	}
+	return nil
+}
+
+func (e *evaluation) leavesValid(g v1alpha1.Generation) []closed {
+	st := e.observed[g.Name]
+	if st == nil || st.LastIssuedNotAfter == nil || !e.now.Before(st.LastIssuedNotAfter.Time) {
+		return nil
+	}
+	t := st.LastIssuedNotAfter.Time
+	return []closed{{gate: v1alpha1.GateLeavesValid, opensAt: &t,
+		message: fmt.Sprintf("leaves signed with this key can be valid until %s (in %s)", stamp(t), t.Sub(e.now).Round(time.Second))}}
+}
+
+// published holds a step while a bundle does not hold what the observed
+// phases put in it.
+func (e *evaluation) published() []closed {
+	canary, live := BundleContents(e.a)
+	var out []closed
+	for _, b := range []struct {
+		version string
+		members []Member
+	}{{v1alpha1.BundleCanary, canary}, {v1alpha1.BundleLive, live}} {
+		want := BundleDigest(b.members)
+		st := e.bundle(b.version)
+		switch {
+		case st == nil && want == "":
+		case st == nil || st.Digest != want:
+			out = append(out, closed{gate: v1alpha1.GateBundleNotPublished, message: fmt.Sprintf("the %s bundle does not hold the current roots yet", b.version)})
+		case !st.Published:
+			out = append(out, closed{gate: v1alpha1.GateBundleNotPublished, message: fmt.Sprintf("the %s bundle could not be written (see condition %s)", b.version, v1alpha1.ConditionBundlesPublished)})
+		}
+	}
+	return out
+}
+
+func (e *evaluation) bundle(version string) *v1alpha1.BundleStatus {
+	for i := range e.a.Status.Bundles {
+		if e.a.Status.Bundles[i].Version == version {
+			return &e.a.Status.Bundles[i]
+		}
+	}
+	return nil
+}
+
+func (e *evaluation) propagated() []closed {
+	var last time.Time
+	for _, b := range e.a.Status.Bundles {
+		if b.LastChangeTime != nil && b.LastChangeTime.After(last) {
+			last = b.LastChangeTime.Time
+		}
+	}
+	opens := last.Add(e.window)
+	if last.IsZero() || !e.now.Before(opens) {
+		return nil
+	}
+	return []closed{{gate: v1alpha1.GatePropagationWindow, opensAt: &opens,
+		message: fmt.Sprintf("a trust bundle changed %s ago, the propagation window is %s", e.now.Sub(last).Round(time.Second), e.window)}}
+}
+
+// soaked holds a step until the generation's current phase has lasted the
+// canary soak with canary health holding throughout.
+func (e *evaluation) soaked(g v1alpha1.Generation) []closed {
+	st := e.observed[g.Name]
+	start := e.now
+	if st != nil && st.Since != nil {
+		start = st.Since.Time
+	}
+	if e.a.Spec.Gates.CanaryHealth != nil {
+		c := meta.FindStatusCondition(e.a.Status.Conditions, v1alpha1.ConditionCanaryHealthy)
+		switch {
+		case c == nil:
+			return []closed{{gate: v1alpha1.GateCanaryHealth, message: "canary health has not been checked yet"}}
+		case c.Status != metav1.ConditionTrue:
+			return []closed{{gate: v1alpha1.GateCanaryHealth, message: "canary health fails: " + orDash(c.Message)}}
+		case c.LastTransitionTime.After(start):
+			start = c.LastTransitionTime.Time
+		}
+	}
+	opens := start.Add(e.soak)
+	if !e.now.Before(opens) {
+		return nil
+	}
+	return []closed{{gate: v1alpha1.GateCanarySoak, opensAt: &opens,
+		message: fmt.Sprintf("canary soak %s of %s", e.now.Sub(start).Round(time.Second), e.soak)}}
+}
+
+// summarize names the gate that holds longest: one without an end first,
+// else the one that opens last. The message lists every closed gate.
+func summarize(gates []closed) (string, string, *time.Time) {
+	best := gates[0]
+	for _, g := range gates[1:] {
+		switch {
+		case best.opensAt == nil:
+		case g.opensAt == nil, g.opensAt.After(*best.opensAt):
+			best = g
+		}
+	}
+	var msgs []string
+	for _, g := range gates {
+		m := g.gate + ": " + g.message
+		if g.opensAt != nil {
+			m += ", opens at " + stamp(*g.opensAt)
+		}
+		msgs = append(msgs, m)
+	}
+	return best.gate, strings.Join(msgs, "; "), best.opensAt
+}
+
+func stepIndex(p Plan, name string) int {
+	for i, s := range p.Steps {
+		if s.Generation == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,263 @@
+// Package trustpublisher moves a signer's CA generations through a
+// canary-then-live rotation and publishes their roots as
+// ClusterTrustBundles. It never opens a key and never imports the signer:
+// the two meet only through the Authority object.
+package trustpublisher
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults of spec.gates when the object does not carry them (the CRD
+// fills them in; a typed object built in code may not).
+const (
+	DefaultCanarySoak        = time.Hour
+	DefaultPropagationWindow = 5 * time.Minute
+)
+
+// Step is where one generation stands at one instant and what it does next.
+type Step struct {
+	Generation string
+	// Observed is the phase in status ("" for a generation status does not
+	// list yet), Desired the one in spec, Next the phase it moves to now:
+	// equal to Observed when it is held or has arrived.
+	Observed, Desired, Next v1alpha1.Phase
+	// Gate is the v1alpha1.Gate* that holds the step back; empty when the
+	// generation moves or has nothing to do.
+	Gate string
+	// Message says why, naming the numbers.
+	Message string
+	// OpensAt is when a time-bound gate opens.
+	OpensAt *time.Time
+	// Forced is set when the override annotation skipped the gates.
+	Forced bool
+}
+
+// Moves reports whether the step changes the generation's phase.
+func (s Step) Moves() bool { return s.Next != s.Observed }
+
+// Plan is what the controller does for one Authority at one instant.
+type Plan struct {
+	// Steps has one entry per spec generation, in spec order.
+	Steps []Step
+	// Override is the parsed override annotation, if any; OverrideErr says
+	// why an annotation present could not be used.
+	Override    *v1alpha1.Override
+	OverrideErr error
+}
+
+// Changed reports whether any generation moves.
+func (p Plan) Changed() bool {
+	return slices.ContainsFunc(p.Steps, Step.Moves)
+}
+
+// Step returns the step of generation name.
+func (p Plan) Step(name string) (Step, bool) {
+	i := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Generation == name })
+	if i < 0 {
+		return Step{}, false
+	}
+	return p.Steps[i], true
+}
+
+// Apply returns a copy of a whose status.generations carry the plan: the
+// next phase (since = now when it changed), gate and gateOpensAt. The
+// signer's fields (lastIssuedNotAfter, keyCheck) are kept; a generation no
+// longer in spec is dropped. Bundles and conditions are left to the caller.
+func (p Plan) Apply(a *v1alpha1.Authority, now time.Time) *v1alpha1.Authority {
+	out := a.DeepCopy()
+	old := map[string]v1alpha1.GenerationStatus{}
+	for _, g := range a.Status.Generations {
+		old[g.Name] = g
+	}
+	t := metav1.NewTime(now.Truncate(time.Second))
+	out.Status.Generations = nil
+	for _, s := range p.Steps {
+		g := old[s.Generation]
+		g.Name = s.Generation
+		if s.Moves() {
+			g.Phase = s.Next
+			g.Since = t.DeepCopy()
+			g.ReadyPodsAtSoakStart = nil
+		}
+		g.Gate = s.Gate
+		g.GateOpensAt = nil
+		if s.OpensAt != nil {
+			g.GateOpensAt = &metav1.Time{Time: *s.OpensAt}
+		}
+		out.Status.Generations = append(out.Status.Generations, g)
+	}
+	return out
+}
+
+// InCanary and InLive say which bundles a phase puts a generation's root in.
+func InCanary(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseStaged || p == v1alpha1.PhasePromoted || p == v1alpha1.PhaseActive
+}
+
+// InLive: see InCanary.
+func InLive(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhasePromoted || p == v1alpha1.PhaseActive || p == v1alpha1.PhaseRetiring
+}
+
+// Member is one root in a trust bundle.
+type Member struct {
+	// Generations names every generation whose root this is (several when
+	// generations share a root, e.g. two intermediates under one).
+	Generations []string
+	Root        *x509.Certificate
+}
+
+// BundleContents returns the members of the canary and the live bundle as
+// status's observed phases put them: each generation's root (the last
+// certificate of certificatePEM followed by chainPEM), deduplicated by DER,
+// in spec order. A generation whose certificates do not parse is left out
+// (Evaluate holds it with GateInvalidCertificate).
+func BundleContents(a *v1alpha1.Authority) (canary, live []Member) {
+	observed := observedPhases(a)
+	add := func(list []Member, gen string, root *x509.Certificate) []Member {
+		for i := range list {
+			if bytes.Equal(list[i].Root.Raw, root.Raw) {
+				list[i].Generations = append(list[i].Generations, gen)
+				return list
+			}
+		}
+		return append(list, Member{Generations: []string{gen}, Root: root})
+	}
+	for _, g := range a.Spec.Generations {
+		p := observed[g.Name]
+		if !InCanary(p) && !InLive(p) {
+			continue
+		}
+		certs, err := parseGeneration(g)
+		if err != nil {
+			continue
+		}
+		root := certs[len(certs)-1]
+		if InCanary(p) {
+			canary = add(canary, g.Name, root)
+		}
+		if InLive(p) {
+			live = add(live, g.Name, root)
+		}
+	}
+	return canary, live
+}
+
+// BundlePEM is a bundle's content: each member's root as a PEM block.
+func BundlePEM(members []Member) string {
+	var b strings.Builder
+	for _, m := range members {
+		b.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Root.Raw}))
+	}
+	return b.String()
+}
+
+// BundleDigest is the hex SHA-256 of BundlePEM, or "" for no member (a
+// bundle with no member is not published at all).
+func BundleDigest(members []Member) string {
+	if len(members) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(BundlePEM(members)))
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseGeneration parses a generation's certificatePEM and chainPEM into
+// the CA certificate followed by its issuers, and checks that each is a CA
+// and that each is signed by the next.
+func ParseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
+	return parseGeneration(g)
+}
+
+func parseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
+	certs, err := parsePEM(g.CertificatePEM)
+	if err != nil {
+		return nil, fmt.Errorf("certificatePEM: %w", err)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("certificatePEM holds no CERTIFICATE block")
+	}
+	chain, err := parsePEM(g.ChainPEM)
+	if err != nil {
+		return nil, fmt.Errorf("chainPEM: %w", err)
+	}
+	certs = append(certs, chain...)
+	for i, c := range certs {
+		if !c.BasicConstraintsValid || !c.IsCA {
+			return nil, fmt.Errorf("certificate %d (%s) is not a CA certificate", i, c.Subject)
+		}
+		if i+1 < len(certs) {
+			if err := c.CheckSignatureFrom(certs[i+1]); err != nil {
+				return nil, fmt.Errorf("certificate %d (%s) is not signed by the next one (%s): %w", i, c.Subject, certs[i+1].Subject, err)
+			}
+		}
+	}
+	return certs, nil
+}
+
+func parsePEM(s string) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	rest := []byte(s)
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("a %s block where only CERTIFICATE blocks belong", b.Type)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if len(bytes.TrimSpace(rest)) > 0 && len(out) == 0 {
+		return nil, errors.New("no PEM data")
+	}
+	return out, nil
+}
+
+func observedPhases(a *v1alpha1.Authority) map[string]v1alpha1.Phase {
+	out := map[string]v1alpha1.Phase{}
+	for _, g := range a.Status.Generations {
+		out[g.Name] = g.Phase
+	}
+	return out
+}
+
+// ParseOverride reads the override annotation; nil, nil when absent.
+func ParseOverride(a *v1alpha1.Authority) (*v1alpha1.Override, error) {
+	v, ok := a.Annotations[v1alpha1.OverrideAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	var o v1alpha1.Override
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", v1alpha1.OverrideAnnotation, err)
+	}
+	if strings.TrimSpace(o.Reason) == "" {
+		return nil, fmt.Errorf("annotation %s: reason is required", v1alpha1.OverrideAnnotation)
+	}
+	if len(o.Generations) == 0 {
+		return nil, fmt.Errorf("annotation %s: generations is empty", v1alpha1.OverrideAnnotation)
+	}
+	return &o, nil
+}
