@@ -533,3 +533,49 @@ func (c *contextSigner) Public() crypto.PublicKey { return c.s.Public() }
 func (c *contextSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	return c.s.SignContext(c.ctx, digest, opts)
 }
+
+// ParseSubject parses a distinguished name written as comma-separated
+// ATTR=value pairs (CN, O, OU, C, ST, L; a comma inside a value is
+// escaped as "\,"), e.g. "CN=workload CA,O=Example,C=DE".
+func ParseSubject(s string) (pkix.Name, error) {
+	var n pkix.Name
+	var parts []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+		case s[i] == ',':
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(s[i])
+		}
+	}
+	parts = append(parts, cur.String())
+	for _, p := range parts {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		v = strings.TrimSpace(v)
+		if !ok || v == "" {
+			return n, fmt.Errorf("%q is not ATTR=value", p)
+		}
+		switch strings.ToUpper(strings.TrimSpace(k)) {
+		case "CN":
+			n.CommonName = v
+		case "O":
+			n.Organization = append(n.Organization, v)
+		case "OU":
+			n.OrganizationalUnit = append(n.OrganizationalUnit, v)
+		case "C":
+			n.Country = append(n.Country, v)
+		case "ST":
+			n.Province = append(n.Province, v)
+		case "L":
+			n.Locality = append(n.Locality, v)
+		default:
+			return n, fmt.Errorf("attribute %q: want CN, O, OU, C, ST or L", k)
+		}
+	}
+	return n, nil
+}

@@ -299,9 +299,7 @@ type caInitOptions struct {
 	caOptions
 	createKey                 bool
 	algorithm                 string
-	commonName                string
-	organization, orgUnit     []string
-	country                   []string
+	subject                   string
 	lifetime                  time.Duration
 	pathLen                   int
 	permittedDNS, excludedDNS []string
@@ -322,11 +320,15 @@ func (o *caInitOptions) Complete() error {
 	if err := o.caOptions.complete(); err != nil {
 		return err
 	}
-	if o.commonName == "" {
-		o.commonName = o.signer + " CA " + o.generation
+	subject := pkix.Name{CommonName: o.signer + " CA " + o.generation}
+	if o.subject != "" {
+		var err error
+		if subject, err = cacert.ParseSubject(o.subject); err != nil {
+			return fmt.Errorf("--subject: %w", err)
+		}
 	}
 	o.cert = cacert.Options{
-		Subject:      pkix.Name{CommonName: o.commonName, Organization: o.organization, OrganizationalUnit: o.orgUnit, Country: o.country},
+		Subject:      subject,
 		Lifetime:     o.lifetime,
 		PathLen:      o.pathLen,
 		PermittedDNS: o.permittedDNS,
@@ -405,10 +407,7 @@ the leaf maximum plus the rotation windows of the Authority's gates.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.createKey, "create-key", false, "create the key at --key-uri (in the HSM or KMS) instead of opening an existing one")
 	f.StringVar(&o.algorithm, "algorithm", "", "with --create-key: ECDSAP256 (default), ECDSAP384, RSA3072, RSA4096, or a backend algorithm name")
-	f.StringVar(&o.commonName, "common-name", "", "subject common name (default: \"<signer> CA <generation>\")")
-	f.StringSliceVar(&o.organization, "organization", nil, "subject organization (O)")
-	f.StringSliceVar(&o.orgUnit, "organizational-unit", nil, "subject organizational unit (OU)")
-	f.StringSliceVar(&o.country, "country", nil, "subject country (C)")
+	f.StringVar(&o.subject, "subject", "", "subject distinguished name, e.g. 'CN=workload CA 2026-11,O=Example,C=DE' (CN, O, OU, C, ST, L; default: CN=<signer> CA <generation>)")
 	f.DurationVar(&o.lifetime, "lifetime", 365*24*time.Hour, "how long the self-signed root is valid")
 	f.IntVar(&o.pathLen, "path-len", 0, "basicConstraints path length: 0 (the CA signs leaves only) or 1")
 	f.StringSliceVar(&o.permittedDNS, "permitted-dns", nil, "name constraints: DNS names (and .suffixes) leaves may carry")
