@@ -335,6 +335,9 @@ func (o *caInitOptions) Complete() error {
 		ExcludedDNS:  o.excludedDNS,
 	}
 	if o.createKey {
+		if o.algorithm == "" {
+			o.algorithm = "ECDSAP256"
+		}
 		alg, ok := algorithmNames[strings.ToUpper(o.algorithm)]
 		if !ok {
 			var err error
@@ -418,11 +421,7 @@ the leaf maximum plus the rotation windows of the Authority's gates.`,
 
 func (o *caInitOptions) openKey(ctx context.Context, reg *backends.Registry) (backends.Signer, error) {
 	if o.createKey {
-		alg := o.alg
-		if alg == "" {
-			alg = backends.ECDSAP256SHA256
-		}
-		return reg.CreateKey(ctx, backends.CreateKeyRequest{URI: o.keyURI, Algorithm: alg})
+		return reg.CreateKey(ctx, backends.CreateKeyRequest{URI: o.keyURI, Algorithm: o.alg})
 	}
 	return reg.Open(ctx, backends.OpenRequest{URI: o.keyURI})
 }

@@ -197,7 +197,10 @@ func printAuthority(w io.Writer, a *v1alpha1.Authority, output string, now time.
 		gate := step.Gate
 		if gate == "" {
 			gate = "-"
-			if step.Moves() {
+			switch {
+			case step.Forced:
+				gate = "(forced to " + string(step.Next) + ")"
+			case step.Moves():
 				gate = "(moves to " + string(step.Next) + ")"
 			}
 		} else {
