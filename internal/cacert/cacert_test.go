@@ -222,3 +222,18 @@ func TestCheckImportRefusals(t *testing.T) {
 		t.Errorf("a good chain is refused: %v", err)
 	}
 }
+
+func TestParseSubject(t *testing.T) {
+	n, err := ParseSubject(`CN=workload CA\, 2026,O=Example,OU=platform,C=DE`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.CommonName != "workload CA, 2026" || !slices.Equal(n.Organization, []string{"Example"}) || !slices.Equal(n.OrganizationalUnit, []string{"platform"}) || !slices.Equal(n.Country, []string{"DE"}) {
+		t.Errorf("parsed %+v", n)
+	}
+	for _, bad := range []string{"CN", "XX=1", "CN="} {
+		if _, err := ParseSubject(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
