@@ -483,4 +483,19 @@ func TestTrustPromoteRefusedThenForced(t *testing.T) {
 			t.Errorf("the controller would move %s to %s (gate %s, forced %v), want %s at once", gen, s.Next, s.Gate, s.Forced, want)
 		}
 	}
+
+	// --wait: returns once status shows the phase, and exits 4 when it
+	// does not in time (nobody plays the controller here).
+	if _, err := c.ApplyStatus(ctx, a.Name, map[string]any{"generations": []map[string]any{
+		{"name": "g1", "phase": "Retired", "since": just}, {"name": "g2", "phase": "Active", "since": just},
+	}}, kwv1alpha1.FieldManagerTrustPublisher); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := keyward(t, "trust", "activate", signer, "g2", "--wait", "--timeout", "20s"); err != nil {
+		t.Errorf("activate --wait with status Active: %v\n%s", err, out)
+	}
+	out, err = keyward(t, "trust", "stage", signer, "g1", "--wait", "--timeout", "2s", "--force", "--reason", "back")
+	if app.ExitCode(err) != app.ExitWaitTimeout {
+		t.Errorf("stage --wait with no controller: exit %d (%v), want %d\n%s", app.ExitCode(err), err, app.ExitWaitTimeout, out)
+	}
 }

@@ -460,6 +460,9 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 		}
 		a, err := o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: cacert.EncodePEM(root)})
 		if err != nil {
+			if o.createKey {
+				return fmt.Errorf("%w (the key was created: re-run with --key-uri '%s' and without --create-key)", err, key.URI())
+			}
 			return err
 		}
 		return printAdded(out, a, o.generation, key)
