@@ -24,6 +24,7 @@ import (
 	"github.com/keyward/keyward/internal/cacert"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
@@ -328,11 +329,7 @@ func TestCAInitWithKMSKeys(t *testing.T) {
 	awsKMS := awskmsfake.Start(awskmsfake.Options{})
 	defer awsKMS.Close()
 	// awskms reads credentials the SDK's default way: the environment.
-	t.Setenv("AWS_ACCESS_KEY_ID", awskmsfake.AccessKeyID)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", awskmsfake.SecretAccessKey)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	kmstest.AWSEnv(t, awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey)
 
 	for _, tc := range []struct {
 		name, uri, algorithm string

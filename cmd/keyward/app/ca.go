@@ -18,6 +18,7 @@ import (
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/trustpublisher"
 	"github.com/spf13/cobra"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -26,13 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
-)
-
-// Defaults of an Authority's spec.gates (the CRD's defaults): the rotation
-// windows a CA lifetime is checked against when no Authority exists yet.
-const (
-	defaultCanarySoak        = time.Hour
-	defaultPropagationWindow = 5 * time.Minute
 )
 
 func newCACommand() *cobra.Command {
@@ -101,8 +95,33 @@ func (o *caOptions) addFlags(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("key-uri")
 }
 
-// complete fills in the leaf maximum.
-func (o *caOptions) complete() error {
+// caRunner is a ca subcommand's options.
+type caRunner interface {
+	Complete() error
+	Validate() error
+	Run(ctx context.Context, out io.Writer) error
+	deadline() time.Duration
+}
+
+// runCA completes and validates o, then runs it within --timeout.
+func runCA(o caRunner) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.Complete(); err != nil {
+			return err
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), o.deadline())
+		defer cancel()
+		return o.Run(ctx, cmd.OutOrStdout())
+	}
+}
+
+func (o *caOptions) deadline() time.Duration { return o.timeout }
+
+// Complete fills in the leaf maximum.
+func (o *caOptions) Complete() error {
 	switch {
 	case o.maxLeafLifetime > 0 && o.configFile != "":
 		return errors.New("--max-leaf-lifetime and --config both set the leaf maximum: give one")
@@ -127,7 +146,7 @@ func (o *caOptions) complete() error {
 	return nil
 }
 
-func (o *caOptions) validate() error {
+func (o *caOptions) Validate() error {
 	if errs := validation.IsDNS1123Label(o.generation); len(errs) > 0 {
 		return fmt.Errorf("--generation %q: %s", o.generation, strings.Join(errs, "; "))
 	}
@@ -168,7 +187,8 @@ type target struct {
 // windows are the rotation windows the Authority's gates set, else the
 // CRD's defaults.
 func (t target) windows() cacert.Windows {
-	w := cacert.Windows{CanarySoak: defaultCanarySoak, PropagationWindow: defaultPropagationWindow}
+	// The CRD's defaults when no Authority exists yet.
+	w := cacert.Windows{CanarySoak: trustpublisher.DefaultCanarySoak, PropagationWindow: trustpublisher.DefaultPropagationWindow}
 	if t.existing != nil {
 		if g := t.existing.Spec.Gates.CanarySoak; g != nil {
 			w.CanarySoak = g.Duration
@@ -317,7 +337,7 @@ var algorithmNames = map[string]backends.Algorithm{
 }
 
 func (o *caInitOptions) Complete() error {
-	if err := o.caOptions.complete(); err != nil {
+	if err := o.caOptions.Complete(); err != nil {
 		return err
 	}
 	subject := pkix.Name{CommonName: o.signer + " CA " + o.generation}
@@ -351,7 +371,7 @@ func (o *caInitOptions) Complete() error {
 }
 
 func (o *caInitOptions) Validate() error {
-	if err := o.caOptions.validate(); err != nil {
+	if err := o.caOptions.Validate(); err != nil {
 		return err
 	}
 	if !o.createKey && o.algorithm != "" {
@@ -394,17 +414,7 @@ Weak parameters are refused (RSA below 3072 bits, curves below P-256, path
 length above 1, lifetimes above 20 years), and so is a lifetime shorter than
 the leaf maximum plus the rotation windows of the Authority's gates.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Complete(); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			return o.Run(ctx, cmd.OutOrStdout())
-		},
+		RunE: runCA(o),
 	}
 	o.addFlags(cmd)
 	f := cmd.Flags()
@@ -502,17 +512,7 @@ given too: the generation's chainPEM holds them nearest first, and the root
 is what the trust bundles publish. Weak keys or signatures and a chain that
 ends sooner than the leaf maximum plus the rotation windows are refused.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.complete(); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			return o.Run(ctx, cmd.OutOrStdout())
-		},
+		RunE: runCA(o),
 	}
 	o.addFlags(cmd)
 	cmd.Flags().StringVar(&o.certificate, "certificate", "", "PEM file: the CA certificate, optionally followed by its issuers (required)")
