@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -402,7 +403,7 @@ func CheckImport(certs []*x509.Certificate, pub crypto.PublicKey) (*Imported, er
 		return nil, &WeakError{What: "path length", Reason: fmt.Sprintf("certificate %q allows %d CAs below it, at most %d accepted", cert.Subject, cert.MaxPathLen, MaxPathLen)}
 	}
 	im := &Imported{Certificate: cert}
-	pool := certs[1:]
+	pool := slices.Clone(certs[1:]) // entries used are set to nil
 	cur := cert
 	for !selfSigned(cur) {
 		next := -1

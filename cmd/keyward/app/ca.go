@@ -475,7 +475,11 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 			}
 			return err
 		}
-		return printAdded(out, a, o.generation, key)
+		if err := printAdded(out, a, o.generation, key); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "root: %q, valid %s to %s, path length %d\n", root.Subject, root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), root.MaxPathLen)
+		return err
 	})
 }
 
