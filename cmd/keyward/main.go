@@ -8,7 +8,7 @@ import (
 )
 
 func main() {
-	if err := app.NewCommand().Execute(); err != nil {
-		os.Exit(1)
-	}
+	// Exit codes: 0 done, 1 error, 3 a gate holds (nothing changed), 4
+	// --wait timed out (docs/cli.md).
+	os.Exit(app.ExitCode(app.NewCommand().Execute()))
 }

@@ -4,6 +4,7 @@ package kmstest
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/keyward/keyward/backends"
@@ -38,4 +39,16 @@ func CheckError(t testing.TB, err, want error, part string) {
 	if part != "" && be.Part != part {
 		t.Errorf("error %v blames part %q, want %q", err, be.Part, part)
 	}
+}
+
+// AWSEnv makes the AWS SDK's default credential chain, as a command reads
+// it, find accessKeyID and secret in the environment and nothing else: no
+// shared files, no instance metadata.
+func AWSEnv(t testing.TB, accessKeyID, secret string) {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", accessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }

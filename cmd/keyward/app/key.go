@@ -9,11 +9,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/backends/all"
 	"github.com/spf13/cobra"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 func newKeyCommand() *cobra.Command {
@@ -29,32 +25,20 @@ type keyOptions struct {
 	uri       string
 	algorithm string
 	timeout   time.Duration
-	modules   []string
-	// gcpEndpoint points the gcpkms backend at an emulator or test server:
-	// plaintext gRPC, no credentials.
-	gcpEndpoint string
+	backends  backendFlags
 }
 
 func (o *keyOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.uri, "uri", "", "key URI, e.g. pkcs11:token=keyward;object=ca?module-path=…&pin-source=file:… (required)")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
-	cmd.Flags().StringSliceVar(&o.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: SoftHSM2's usual paths)")
-	cmd.Flags().StringVar(&o.gcpEndpoint, "gcpkms-emulator", "", "host:port of a Cloud KMS emulator or test server (plaintext, no credentials)")
+	o.backends.addFlags(cmd)
 	_ = cmd.MarkFlagRequired("uri")
 }
 
 // withKey builds the registry, gets a key from get within --timeout and
 // prints it.
 func (o *keyOptions) withKey(cmd *cobra.Command, get func(context.Context, *backends.Registry) (backends.Signer, error)) error {
-	opts := all.Options{}
-	opts.PKCS11.AllowedModules = o.modules
-	if o.gcpEndpoint != "" {
-		opts.GCPKMS.ClientOptions = []option.ClientOption{
-			option.WithEndpoint(o.gcpEndpoint), option.WithoutAuthentication(),
-			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-		}
-	}
-	reg, err := all.NewRegistry(opts)
+	reg, err := o.backends.registry()
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 	"github.com/keyward/keyward/internal/softhsm"
 )
 
@@ -49,11 +50,7 @@ func TestKeyCreateThenInspect(t *testing.T) {
 	// environment, with shared files and instance metadata out of reach.
 	awsKMS := awskmsfake.Start(awskmsfake.Options{})
 	defer awsKMS.Close()
-	t.Setenv("AWS_ACCESS_KEY_ID", awskmsfake.AccessKeyID)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", awskmsfake.SecretAccessKey)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	kmstest.AWSEnv(t, awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey)
 	cases := []struct {
 		name, uri, algorithm string
 		flags                []string
