@@ -106,7 +106,7 @@ func newRotationFixture(t *testing.T, gates kwv1alpha1.Gates, gens ...kwv1alpha1
 	return f
 }
 
-func generation(name string, ca *testCA, p kwv1alpha1.Phase) kwv1alpha1.Generation {
+func genSpec(name string, ca *testCA, p kwv1alpha1.Phase) kwv1alpha1.Generation {
 	return kwv1alpha1.Generation{Name: name, KeyURI: "pkcs11:token=keyward;object=" + name, CertificatePEM: ca.pem, Phase: p}
 }
 
@@ -302,7 +302,7 @@ func verifiesAgainst(leaf *x509.Certificate, bundle [][]byte) bool {
 func TestTrustPublisherRotatesCanaryThenLive(t *testing.T) {
 	oldCA, newCA := newTestCA(t), newTestCA(t)
 	gates := kwv1alpha1.Gates{CanarySoak: &metav1.Duration{Duration: 2 * time.Second}, PropagationWindow: &metav1.Duration{Duration: time.Second}}
-	f := newRotationFixture(t, gates, generation("old", oldCA, kwv1alpha1.PhaseActive))
+	f := newRotationFixture(t, gates, genSpec("old", oldCA, kwv1alpha1.PhaseActive))
 	startTrustPublisher(t, cp.AdminConfig(), f.signer)
 	start := time.Now()
 
@@ -324,7 +324,7 @@ func TestTrustPublisherRotatesCanaryThenLive(t *testing.T) {
 	_, leafOld := oldCA.issue(t, key.Public(), time.Now(), time.Hour)
 
 	f.edit(func(a *kwv1alpha1.Authority) {
-		a.Spec.Generations = append(a.Spec.Generations, generation("new", newCA, kwv1alpha1.PhaseStaged))
+		a.Spec.Generations = append(a.Spec.Generations, genSpec("new", newCA, kwv1alpha1.PhaseStaged))
 	})
 	f.waitFor("new Staged", phasesAre(map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive, "new": kwv1alpha1.PhaseStaged}))
 	f.checkBundles("staged", []*testCA{oldCA, newCA}, []*testCA{oldCA})
@@ -382,7 +382,7 @@ func TestTrustPublisherRotatesCanaryThenLive(t *testing.T) {
 func TestTrustPublisherHoldsEarlyTransitionUntilOverridden(t *testing.T) {
 	oldCA, newCA := newTestCA(t), newTestCA(t)
 	gates := kwv1alpha1.Gates{CanarySoak: &metav1.Duration{Duration: time.Hour}, PropagationWindow: &metav1.Duration{Duration: time.Second}}
-	f := newRotationFixture(t, gates, generation("old", oldCA, kwv1alpha1.PhaseActive), generation("new", newCA, kwv1alpha1.PhaseStaged))
+	f := newRotationFixture(t, gates, genSpec("old", oldCA, kwv1alpha1.PhaseActive), genSpec("new", newCA, kwv1alpha1.PhaseStaged))
 	f.keyReady("old")
 	startTrustPublisher(t, signerSARestConfig(t), f.signer)
 	f.waitFor("new Staged", phasesAre(map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive, "new": kwv1alpha1.PhaseStaged}))
@@ -437,7 +437,7 @@ func TestTrustPublisherHoldsEarlyTransitionUntilOverridden(t *testing.T) {
 func TestTrustPublisherRepairsBundles(t *testing.T) {
 	ca := newTestCA(t)
 	gates := kwv1alpha1.Gates{CanarySoak: &metav1.Duration{Duration: time.Hour}, PropagationWindow: &metav1.Duration{Duration: time.Hour}}
-	f := newRotationFixture(t, gates, generation("only", ca, kwv1alpha1.PhaseActive))
+	f := newRotationFixture(t, gates, genSpec("only", ca, kwv1alpha1.PhaseActive))
 	f.keyReady("only")
 	startTrustPublisher(t, signerSARestConfig(t), f.signer)
 	f.waitFor("only Active", phasesAre(map[string]kwv1alpha1.Phase{"only": kwv1alpha1.PhaseActive}))
@@ -489,13 +489,13 @@ func TestTrustPublisherCanaryHealthRestartsTheSoak(t *testing.T) {
 		CanarySoak: &metav1.Duration{Duration: soak}, PropagationWindow: &metav1.Duration{Duration: time.Second},
 		CanaryHealth: &kwv1alpha1.CanaryHealth{URL: srv.URL, Interval: &metav1.Duration{Duration: time.Second}},
 	}
-	f := newRotationFixture(t, gates, generation("old", oldCA, kwv1alpha1.PhaseActive))
+	f := newRotationFixture(t, gates, genSpec("old", oldCA, kwv1alpha1.PhaseActive))
 	f.keyReady("old")
 	startTrustPublisher(t, signerSARestConfig(t), f.signer)
 	f.waitFor("old Active", phasesAre(map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive}))
 
 	f.edit(func(a *kwv1alpha1.Authority) {
-		a.Spec.Generations = append(a.Spec.Generations, generation("new", newCA, kwv1alpha1.PhasePromoted))
+		a.Spec.Generations = append(a.Spec.Generations, genSpec("new", newCA, kwv1alpha1.PhasePromoted))
 	})
 	f.waitFor("new Staged and healthy", func(a *kwv1alpha1.Authority) bool {
 		return observed(a, "new").Phase == kwv1alpha1.PhaseStaged && meta.IsStatusConditionTrue(a.Status.Conditions, kwv1alpha1.ConditionCanaryHealthy)
@@ -526,7 +526,7 @@ func TestTrustPublisherCanaryHealthRestartsTheSoak(t *testing.T) {
 func TestTrustPublisherWithoutAttestPublishesNothing(t *testing.T) {
 	ca := newTestCA(t)
 	gates := kwv1alpha1.Gates{CanarySoak: &metav1.Duration{Duration: time.Hour}, PropagationWindow: &metav1.Duration{Duration: time.Second}}
-	f := newRotationFixture(t, gates, generation("only", ca, kwv1alpha1.PhaseActive))
+	f := newRotationFixture(t, gates, genSpec("only", ca, kwv1alpha1.PhaseActive))
 	f.keyReady("only")
 	user := "keyward-test-no-attest-" + f.name
 	grant(t, f.ctx, user+"-base", user, []rbacv1.PolicyRule{
