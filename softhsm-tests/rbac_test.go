@@ -21,6 +21,9 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	signerVerb := func(verb, name string) attrs {
 		return attrs{Group: "certificates.k8s.io", Resource: "signers", Verb: verb, Name: name}
 	}
+	authority := func(verb, sub string) attrs {
+		return attrs{Group: "keyward.dev", Resource: "authorities", Subresource: sub, Verb: verb}
+	}
 	cases := []struct {
 		name  string
 		attrs attrs
@@ -36,8 +39,19 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 		{"signs for keyward.dev/* signer names", signerVerb("sign", "keyward.dev/*"), true},
 		{"creates Events", attrs{Resource: "events", Verb: "create", Namespace: "any"}, true},
 		{"updates its Lease", attrs{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: signerNamespace, Name: "keyward-signer"}, true},
+		// CA generations: read every Authority, write only the signer's
+		// status fields (server-side apply is a patch of /status).
+		{"lists Authorities", authority("list", ""), true},
+		{"watches Authorities", authority("watch", ""), true},
+		{"gets an Authority", authority("get", ""), true},
+		{"patches an Authority's status", authority("patch", "status"), true},
 
 		{"does not update a PodCertificateRequest's spec", pcr("update", ""), false},
+		{"does not create Authorities", authority("create", ""), false},
+		{"does not patch an Authority's spec", authority("patch", ""), false},
+		{"does not update an Authority's spec", authority("update", ""), false},
+		{"does not delete Authorities", authority("delete", ""), false},
+		{"does not update an Authority's status (only patch it)", authority("update", "status"), false},
 		{"does not patch a PodCertificateRequest's status", pcr("patch", "status"), false},
 		{"does not delete PodCertificateRequests", pcr("delete", ""), false},
 		{"does not sign for a kubernetes.io signer", signerVerb("sign", "kubernetes.io/kube-apiserver-client-pod"), false},

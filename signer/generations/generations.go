@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/uri"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
@@ -644,7 +645,7 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 	defer cancel()
 	key, err := s.m.opts.Open(octx, g.KeyURI)
 	if err != nil {
-		k.check = v1alpha1.KeyCheck{Message: truncate(fmt.Sprintf("opening key %s: %v", g.KeyURI, err))}
+		k.check = v1alpha1.KeyCheck{Message: truncate(fmt.Sprintf("opening key %s: %v", uri.RedactURI(g.KeyURI), err))}
 		return k
 	}
 	k.key = key
@@ -723,7 +724,7 @@ func (s *signerGens) updateChecks(ctx context.Context, a *v1alpha1.Authority, ke
 		s.checks[name] = kc
 		logger := klog.FromContext(ctx).WithValues("signer", s.name, "authority", a.Name, "generation", name)
 		if kc.Ready {
-			logger.Info("CA generation key ready", "key", k.keyURI, "keyVersion", kc.KeyVersion)
+			logger.Info("CA generation key ready", "key", uri.RedactURI(k.keyURI), "keyVersion", kc.KeyVersion)
 		} else {
 			logger.Info("CA generation key not usable", "message", kc.Message)
 		}

@@ -104,11 +104,14 @@ func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 	inf := cache.NewSharedIndexInformer(noWatchList{lw}, &v1alpha1.Authority{}, 0, cache.Indexers{client.IndexSignerName: func(obj any) ([]string, error) {
 		return []string{obj.(*v1alpha1.Authority).Spec.SignerName}, nil
 	}})
-	p := file.New()
+	reg, err := backends.NewRegistry(file.New())
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := New(Options{Writer: h.writer, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
 		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
 			h.opened.Add(1)
-			return p.Open(ctx, backends.OpenRequest{URI: uri})
+			return reg.Open(ctx, backends.OpenRequest{URI: uri})
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +235,9 @@ func TestNoUsableActiveGenerationIssuesNothing(t *testing.T) {
 		{"the Active generation's key does not open", []*v1alpha1.Authority{
 			authorityFor("unit", gen{"a", testCA{uri: "file:/nonexistent/key.pem", pem: a.pem}, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
 		}, "opening key file:/nonexistent/key.pem"},
+		{"the Active generation's key URI carries a credential", []*v1alpha1.Authority{
+			authorityFor("unit", gen{"a", testCA{uri: "awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1", pem: a.pem}, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
+		}, "opening key awskms:"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,6 +252,9 @@ func TestNoUsableActiveGenerationIssuesNothing(t *testing.T) {
 			}
 			if rerr := h.m.Err(); rerr == nil || !strings.Contains(rerr.Error(), tc.wantErr) {
 				t.Fatalf("Err (for /readyz) = %v, want it to say %q", rerr, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "AKIDLEAKED") {
+				t.Fatalf("Current = %v shows a credential", err)
 			}
 		})
 	}
