@@ -168,7 +168,10 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	st.generations.Store(gens.Manager)
-	gensCtx, stopGens := context.WithCancel(ctx)
+	// Not cancelled with ctx: the keys stay open until the controller has
+	// finished the requests it is signing (the deferred stop runs after
+	// RunLeader returned).
+	gensCtx, stopGens := context.WithCancel(context.WithoutCancel(ctx))
 	var gensDone sync.WaitGroup
 	gensDone.Go(func() { gens.informer.Run(gensCtx.Done()) })
 	gensDone.Go(func() {
