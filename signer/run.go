@@ -1,7 +1,8 @@
 // Package signer runs keyward's signer: it turns a SignerConfiguration into
-// authorities (CA certificate + backend key), profiles and the
-// PodCertificateRequest controller, serves metrics and health, and issues
-// only while it holds the leader Lease.
+// profiles and the PodCertificateRequest controller, reads each signer
+// name's CA generations from its Authority object (signer/generations),
+// serves metrics and health, and issues only while it holds the leader
+// Lease.
 package signer
 
 import (
@@ -13,16 +14,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/kubeclient"
-	"github.com/keyward/keyward/signer/authority"
+	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/generations"
 	"github.com/keyward/keyward/signer/pcr"
 	"github.com/keyward/keyward/signer/profile"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,11 +54,16 @@ type Options struct {
 	// Ready, if set, receives the listeners' actual addresses once bound
 	// (tests pass ":0" addresses).
 	Ready func(metricsAddr, healthAddr string)
+	// AlsoLead are more controllers to run while this replica holds the
+	// Lease (e.g. the trust publisher), each until its context ends. An
+	// error from one ends leading, as one from the PodCertificateRequest
+	// controller does; returning nil early just ends that one.
+	AlsoLead []func(ctx context.Context) error
 }
 
 // state is what /readyz reports.
 type state struct {
-	keys        atomic.Pointer[[]*healthKey] // nil until every CA key is open
+	generations atomic.Pointer[generations.Manager]
 	permissions atomic.Pointer[pcr.PermissionGate]
 	leading     atomic.Bool
 	standby     atomic.Bool
@@ -68,26 +73,38 @@ type state struct {
 // alive is nil unless a CA key has a backend call stuck for so long that
 // only a restart is likely to help (/healthz, the liveness probe).
 func (s *state) alive() error {
-	keys := s.keys.Load()
-	if keys == nil {
-		return nil
-	}
 	var errs []error
-	for _, k := range *keys {
+	for _, k := range s.keys() {
 		errs = append(errs, k.alive())
 	}
 	return errors.Join(errs...)
 }
 
-// ready is nil when every CA key is open and its backend answered the last
-// signature, and this replica either stands by or leads with synced caches.
-func (s *state) ready() error {
-	keys := s.keys.Load()
-	if keys == nil {
-		return errors.New("CA keys not opened yet")
+// keys are the CA keys open now, of every generation kept open.
+func (s *state) keys() []*healthKey {
+	g := s.generations.Load()
+	if g == nil {
+		return nil
 	}
-	var errs []error
-	for _, k := range *keys {
+	var out []*healthKey
+	for _, k := range g.Keys() {
+		if h, ok := k.(*healthKey); ok {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// ready is nil when every signer name has an Active generation whose key
+// is open, every open CA key's backend answered its last signature, and
+// this replica either stands by or leads with synced caches.
+func (s *state) ready() error {
+	g := s.generations.Load()
+	if g == nil {
+		return errors.New("CA generations not read yet")
+	}
+	errs := []error{g.Err()}
+	for _, k := range s.keys() {
 		errs = append(errs, k.check())
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -110,8 +127,9 @@ func (s *state) ready() error {
 	return errors.New("leader election not decided yet")
 }
 
-// Run opens every CA key, then issues while leading, until ctx ends or
-// leadership is lost (an error: the process should exit and restart).
+// Run reads the CA generations of every signer name and keeps their keys
+// open, and issues while leading, until ctx ends or leadership is lost (an
+// error: the process should exit and restart).
 func Run(ctx context.Context, o Options) error {
 	cfg := o.Config
 	logger := klog.FromContext(ctx)
@@ -132,22 +150,39 @@ func Run(ctx context.Context, o Options) error {
 		o.Ready(metricsAddr, healthAddr)
 	}
 
-	signers, keys, err := openSigners(ctx, cfg, o.Backends, metrics)
-	if err != nil {
-		return err
-	}
-	defer closeKeys(keys)
-	st.keys.Store(&keys)
-	// Every replica, leader or standby, reports when its CAs expire.
-	for _, s := range signers {
-		metrics.CANotAfter.WithLabelValues(s.Name).Set(float64(s.Authority.Certificate().NotAfter.Unix()))
-	}
-
 	restCfg, err := kubeclient.Config(cfg.KubeClient.Kubeconfig, cfg.KubeClient.QPS, cfg.KubeClient.Burst)
 	if err != nil {
 		return err
 	}
 	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+
+	// Every replica, leader or standby, reads the CA generations and keeps
+	// their keys open, so that an activation (or a failover) needs no
+	// restart and no key opening; every replica reports when its CAs
+	// expire. Only the leader writes the Authority's status.
+	gens, err := newGenerations(restCfg, cfg, o.Backends, metrics)
+	if err != nil {
+		return err
+	}
+	st.generations.Store(gens.Manager)
+	// Not cancelled with ctx: the keys stay open until the controller has
+	// finished the requests it is signing (the deferred stop runs after
+	// RunLeader returned).
+	gensCtx, stopGens := context.WithCancel(context.WithoutCancel(ctx))
+	var gensDone sync.WaitGroup
+	gensDone.Go(func() { gens.informer.Run(gensCtx.Done()) })
+	gensDone.Go(func() {
+		if err := gens.Run(gensCtx); err != nil {
+			logger.Error(err, "CA generations stopped")
+		}
+	})
+	// Closes every key once no signature can use it any more (the
+	// controller has returned).
+	defer func() { stopGens(); gensDone.Wait() }()
+	signers, err := buildSigners(cfg, gens.Manager)
 	if err != nil {
 		return err
 	}
@@ -221,10 +256,16 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
 		}
 		st.controller.Store(c)
-		if err := c.Run(ctx); err != nil {
-			return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
-		}
-		return nil
+		runs := append([]func(context.Context) error{
+			func(ctx context.Context) error {
+				if err := c.Run(ctx); err != nil {
+					return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
+				}
+				return nil
+			},
+			gens.Lead,
+		}, o.AlsoLead...)
+		return leadAll(ctx, runs)
 	}
 	if !*cfg.LeaderElection.Enabled {
 		st.leading.Store(true)
@@ -271,47 +312,82 @@ func (c *countingSink) count(e *corev1.Event, err error) (*corev1.Event, error) 
 	return e, err
 }
 
-// openSigners opens each signer's CA key and certificate and builds its
-// policy. Each key is wrapped in a healthKey for /readyz. On error every key
-// opened so far is closed.
-func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *backends.Registry, metrics *pcr.Metrics) ([]*pcr.Signer, []*healthKey, error) {
-	var out []*pcr.Signer
-	var keys []*healthKey
-	fail := func(err error) ([]*pcr.Signer, []*healthKey, error) {
-		closeKeys(keys)
-		return nil, nil, err
+// leadAll runs each of runs until ctx ends; the first error cancels the
+// others, and is returned once all have returned.
+func leadAll(ctx context.Context, runs []func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for _, run := range runs {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		})
 	}
-	for i, sc := range cfg.Signers {
-		field := fmt.Sprintf("signers[%d] (%s)", i, sc.Name)
-		opened, err := reg.Open(ctx, backends.OpenRequest{URI: sc.CA.KeyURI})
-		if err != nil {
-			return fail(fmt.Errorf("%s: opening ca.keyURI: %w", field, err))
-		}
-		// The sign metrics count calls that reached the backend, nothing
-		// else (the guard observes exactly those).
-		key, err := newHealthKey(opened, keyOptions{Clock: clock.RealClock{}, Observer: func(backend string, d time.Duration, err error) {
-			metrics.ObserveSign(backend, d.Seconds(), err)
-		}})
-		if err != nil {
-			_ = opened.Close()
-			return fail(fmt.Errorf("%s: %w", field, err))
-		}
-		keys = append(keys, key)
-		cert, chain, err := loadCA(sc.CA)
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", field, err))
-		}
-		auth, err := authority.New(cert, chain, key)
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", field, err))
-		}
+	wg.Wait()
+	return first
+}
+
+// runningGenerations is the generations manager with the informer it
+// reads.
+type runningGenerations struct {
+	*generations.Manager
+	informer interface{ Run(<-chan struct{}) }
+}
+
+// newGenerations builds the Authority client, informer and generations
+// manager. Keys are opened through reg and guarded by a healthKey each, so
+// that /readyz and the hung-call guard cover every generation.
+func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *backends.Registry, metrics *pcr.Metrics) (*runningGenerations, error) {
+	ac, err := authclient.New(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	inf := authclient.NewInformer(ac, 0)
+	var policies []generations.Policy
+	for _, sc := range cfg.Signers {
+		policies = append(policies, generations.Policy{Name: sc.Name, MaxLifetime: sc.MaxLifetime.Duration})
+	}
+	m, err := generations.New(generations.Options{
+		Writer: ac, Informer: inf, Signers: policies, CANotAfter: metrics.CANotAfter,
+		Open: func(ctx context.Context, keyURI string) (backends.Signer, error) {
+			opened, err := reg.Open(ctx, backends.OpenRequest{URI: keyURI})
+			if err != nil {
+				return nil, err
+			}
+			// The sign metrics count calls that reached the backend,
+			// nothing else (the guard observes exactly those).
+			key, err := newHealthKey(opened, keyOptions{Clock: clock.RealClock{}, Observer: func(backend string, d time.Duration, err error) {
+				metrics.ObserveSign(backend, d.Seconds(), err)
+			}})
+			if err != nil {
+				_ = opened.Close()
+				return nil, err
+			}
+			return key, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &runningGenerations{Manager: m, informer: inf}, nil
+}
+
+// buildSigners builds each signer name's policy; its CA comes from gens.
+func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*pcr.Signer, error) {
+	var out []*pcr.Signer
+	for _, sc := range cfg.Signers {
 		prof, err := profile.New(sc)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
-		scheme, _, _ := strings.Cut(sc.CA.KeyURI, ":")
 		out = append(out, &pcr.Signer{
-			Name: sc.Name, Authority: auth, Profile: prof, Backend: scheme,
+			Name: sc.Name, Issuer: gens.Issuer(sc.Name), Profile: prof,
 			AllowedKeyTypes: sc.AllowedKeyTypes, MaxLifetime: sc.MaxLifetime.Duration,
 			RefreshPoint: *sc.RefreshPoint, Backdate: sc.Backdate.Duration,
 			Annotations: sc.UnverifiedUserAnnotations,
@@ -319,44 +395,7 @@ func openSigners(ctx context.Context, cfg *config.SignerConfiguration, reg *back
 			DenyOnLimit: sc.RateLimits.OnLimit == "deny",
 		})
 	}
-	return out, keys, nil
-}
-
-// closeKeys stops each key's probes and closes it (healthKey.Close), all
-// at once: each may wait up to CloseWait for a hung backend.
-func closeKeys(keys []*healthKey) {
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		wg.Go(func() { _ = k.Close() })
-	}
-	wg.Wait()
-}
-
-func loadCA(ca config.CA) (*x509.Certificate, []*x509.Certificate, error) {
-	data := []byte(ca.CertificatePEM)
-	if ca.CertificateFile != "" {
-		var err error
-		if data, err = os.ReadFile(ca.CertificateFile); err != nil {
-			return nil, nil, fmt.Errorf("ca.certificateFile: %w", err)
-		}
-	}
-	certs, err := ParseCertificates(data)
-	if err != nil || len(certs) == 0 {
-		return nil, nil, fmt.Errorf("ca certificate: no certificate (%v)", err)
-	}
-	chain := certs[1:]
-	if ca.ChainFile != "" {
-		b, err := os.ReadFile(ca.ChainFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ca.chainFile: %w", err)
-		}
-		more, err := ParseCertificates(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ca.chainFile: %w", err)
-		}
-		chain = append(chain, more...)
-	}
-	return certs[0], chain, nil
+	return out, nil
 }
 
 // ParseCertificates reads every CERTIFICATE block of PEM data.

@@ -85,7 +85,7 @@ func benchSetup(b *testing.B, name string, run bool) *controlplane.WorkloadObjec
 	ctx := testContext(b)
 	if run {
 		keyURI, caFile, _ := caInToken(b, "ca-"+uniqueName(b, "bench"))
-		cfg := baseConfig(b, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+		cfg := baseConfig(b, signerConfig(b, name, config.ProfilePodIdentity, keyURI, caFile))
 		cfg.Workers = benchWorkers
 		runSigner(b, cfg, "bench")
 	}

@@ -82,7 +82,7 @@ func BenchmarkBurst10k(b *testing.B) {
 	name := "keyward.dev/burst-" + suffix
 	keyPath := filepath.Join(b.TempDir(), "ca.key")
 	keyURI, caFile, caCert := newCA(b, all.Options{}, "file:"+keyPath, "ca-"+suffix)
-	sc := signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)
+	sc := signerConfig(b, name, config.ProfilePodIdentity, keyURI, caFile)
 	cfg := baseConfig(b, sc)
 	cfg.Workers = burstWorkers
 	cfg.KubeClient.QPS, cfg.KubeClient.Burst = 500, 1000

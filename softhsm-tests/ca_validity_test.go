@@ -45,7 +45,7 @@ func TestAFreshlyMintedCAIssuesAtOnce(t *testing.T) {
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, "file:"+keyPath, caFile)), "replica-0")
+	runSigner(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, "file:"+keyPath, caFile)), "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	p, _ := createPCR(t, ctx, w, name, pcrOptions{})
 	got := waitTerminal(t, ctx, p, 30*time.Second)

@@ -76,7 +76,7 @@ func BenchmarkPCRCacheMemory(b *testing.B) {
 	w := podOnNode(b, ctx, uniqueName(b, "node"), name)
 	node := nodeClient(b, w.Node.Name)
 	keyURI, caFile, _ := caInToken(b, "ca-"+uniqueName(b, "mem"))
-	cfg := baseConfig(b, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+	cfg := baseConfig(b, signerConfig(b, name, config.ProfilePodIdentity, keyURI, caFile))
 	cfg.Workers = benchWorkers
 
 	base := heapInUse()

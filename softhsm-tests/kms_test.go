@@ -48,7 +48,7 @@ func TestKMSHeldCAKeysIssue(t *testing.T) {
 				t.Fatalf("CA key URI %s is not a %s URI", keyURI, tc.name)
 			}
 			name := "keyward.dev/" + uniqueName(t, tc.name)
-			runSignerWith(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "kms-"+tc.name, "", opts)
+			runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "kms-"+tc.name, "", opts)
 			before := signs[tc.name]()
 			w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 			p, _ := createPCR(t, ctx, w, name, pcrOptions{})

@@ -17,7 +17,7 @@ func TestHugeAnnotationIsDeniedReadably(t *testing.T) {
 	suffix := uniqueName(t, "big")
 	name := "keyward.dev/big-" + suffix
 	keyURI, caFile, _ := caInToken(t, "ca-"+suffix)
-	srv := signerConfig(name, config.ProfileServer, keyURI, caFile)
+	srv := signerConfig(t, name, config.ProfileServer, keyURI, caFile)
 	srv.Server = &config.Server{AllowedDNSNames: []string{"{serviceAccount}.{namespace}.svc"}}
 	srv.UnverifiedUserAnnotations = []string{config.DefaultDNSNamesKey}
 	runSigner(t, baseConfig(t, srv), "replica-0")

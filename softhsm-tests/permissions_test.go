@@ -80,7 +80,7 @@ func TestMissingSignGrantCostsNoSignatures(t *testing.T) {
 	signatures := func() int { return gcp.Calls(gcpkmsfake.AsymmetricSign) }
 
 	name := "example.com/" + uniqueName(t, "rbac")
-	rs := startSignerOpts(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "rbac", opts, time.Second)
+	rs := startSignerOpts(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "rbac", opts, time.Second)
 	var body string
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		code, b, err := readyzBody(rs.HealthAddr)

@@ -58,6 +58,8 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 		{"updates ClusterTrustBundles", ctb("update"), true},
 		{"patches ClusterTrustBundles", ctb("patch"), true},
 		{"deletes ClusterTrustBundles", ctb("delete"), true},
+		// CA generations (signer and trust publisher): read every
+		// Authority, write status only by server-side apply (a patch).
 		{"gets Authorities", auth("get", ""), true},
 		{"lists Authorities", auth("list", ""), true},
 		{"watches Authorities", auth("watch", ""), true},

@@ -55,7 +55,7 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 	suffix := uniqueName(t, "o")
 	name := "keyward.dev/outage-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	rs := runSigner(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
+	rs := runSigner(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	readyz := "http://" + rs.HealthAddr + "/readyz"
 
@@ -134,7 +134,7 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 			suffix := uniqueName(t, "ha")
 			name := "keyward.dev/ha-" + suffix
 			keyURI, caFile, root := newCA(t, opts, "awskms:region=eu-west-1?endpoint="+kms.URL(), "ca-"+suffix)
-			cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+			cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
 			on := true
 			cfg.LeaderElection = config.LeaderElection{Enabled: &on, Namespace: signerNamespace, LeaseName: "ha-" + suffix,
 				LeaseDuration: metav1.Duration{Duration: 4 * time.Second}, RenewDeadline: metav1.Duration{Duration: 3 * time.Second},
@@ -236,7 +236,7 @@ func TestKMSOutageDuringABurstSignsEachRequestOnce(t *testing.T) {
 	suffix := uniqueName(t, "ko")
 	name := "keyward.dev/kms-outage-" + suffix
 	keyURI, caFile, root := newCA(t, opts, "awskms:region=eu-west-1?endpoint="+kms.URL(), "ca-"+suffix)
-	runSignerWith(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "kms-outage", pcr.V1, opts)
+	runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "kms-outage", pcr.V1, opts)
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	signedBefore := len(kms.SignRequests())
 

@@ -152,6 +152,13 @@ func startSignerFull(t testing.TB, cfg *config.SignerConfiguration, identity, ve
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startSignerRegistry(t, cfg, identity, version, reg, recheck)
+}
+
+// startSignerRegistry is startSigner opening keys through reg (closed when
+// the signer stops).
+func startSignerRegistry(t testing.TB, cfg *config.SignerConfiguration, identity, version string, reg *backends.Registry, recheck time.Duration) *runningSigner {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), identity+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -82,8 +82,14 @@ func parseChain(t *testing.T, chain string, root *x509.Certificate) *x509.Certif
 	return leaf
 }
 
-func signerConfig(name, profileName, keyURI, caFile string) config.Signer {
-	return config.Signer{Name: name, Profile: profileName, CA: config.CA{CertificateFile: caFile, KeyURI: keyURI}}
+// signerConfig is the policy of signer name with profileName. Its CA, the
+// key at keyURI and the certificate in caFile, becomes the one generation
+// (testGeneration) of the signer name's Authority, desired and observed
+// Active, as the trust publisher leaves a bootstrapped Authority.
+func signerConfig(t testing.TB, name, profileName, keyURI, caFile string) config.Signer {
+	t.Helper()
+	activeAuthority(t, name, keyURI, caFile)
+	return config.Signer{Name: name, Profile: profileName}
 }
 
 // Every key type the apiserver accepts is issued by a signer that allows
@@ -96,9 +102,9 @@ func TestKeyTypesAreIssuedOrDenied(t *testing.T) {
 	ecOnly := "keyward.dev/ec-" + suffix
 	notOurs := "keyward.dev/not-ours-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	ec := signerConfig(ecOnly, config.ProfilePodIdentity, keyURI, caFile)
+	ec := signerConfig(t, ecOnly, config.ProfilePodIdentity, keyURI, caFile)
 	ec.AllowedKeyTypes = []string{"ECDSAP256", "ECDSAP384"}
-	runSigner(t, baseConfig(t, signerConfig(all, config.ProfilePodIdentity, keyURI, caFile), ec), "replica-0")
+	runSigner(t, baseConfig(t, signerConfig(t, all, config.ProfilePodIdentity, keyURI, caFile), ec), "replica-0")
 
 	node := uniqueName(t, "node")
 	for _, kt := range []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"} {
@@ -159,12 +165,12 @@ func TestProfilesCarryThePodIdentity(t *testing.T) {
 	spiffe := "keyward.dev/spiffe-" + suffix
 	server := "keyward.dev/server-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	sp := signerConfig(spiffe, config.ProfileSPIFFE, keyURI, caFile)
+	sp := signerConfig(t, spiffe, config.ProfileSPIFFE, keyURI, caFile)
 	sp.SPIFFE = &config.SPIFFE{TrustDomain: "cluster.local"}
-	srv := signerConfig(server, config.ProfileServer, keyURI, caFile)
+	srv := signerConfig(t, server, config.ProfileServer, keyURI, caFile)
 	srv.Server = &config.Server{AllowedDNSNames: []string{"{serviceAccount}.{namespace}.svc"}}
 	srv.UnverifiedUserAnnotations = []string{config.DefaultDNSNamesKey}
-	runSigner(t, baseConfig(t, signerConfig(podID, config.ProfilePodIdentity, keyURI, caFile), sp, srv), "replica-0")
+	runSigner(t, baseConfig(t, signerConfig(t, podID, config.ProfilePodIdentity, keyURI, caFile), sp, srv), "replica-0")
 
 	w := podOnNode(t, ctx, uniqueName(t, "node"), podID, spiffe, server)
 	ns := w.Pod.Namespace
@@ -270,7 +276,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	suffix := uniqueName(t, "m")
 	name := "keyward.dev/metrics-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+	cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
 	cfg.Events.Issued = true
 	s := runSigner(t, cfg, "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
@@ -344,7 +350,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`keyward_pcr_outcomes_total{outcome="Denied",reason="InvalidUnverifiedUserAnnotations",signer="` + name + `"} 1`,
 		`keyward_pcr_latency_seconds_count{signer="` + name + `"} 2`,
 		`keyward_backend_sign_duration_seconds_count{backend="pkcs11"} 1`,
-		fmt.Sprintf(`keyward_ca_not_after_timestamp_seconds{signer="%s"} %s`, name, strconv.FormatFloat(float64(root.NotAfter.Unix()), 'g', -1, 64)),
+		fmt.Sprintf(`keyward_ca_not_after_timestamp_seconds{generation="%s",signer="%s"} %s`, testGeneration, name, strconv.FormatFloat(float64(root.NotAfter.Unix()), 'g', -1, 64)),
 		`keyward_pcr_queue_depth 0`,
 		`keyward_pcr_pending_requests 0`,
 		`keyward_events_total{reason="Issued",type="Normal"} 1`,
@@ -364,9 +370,9 @@ func TestRateLimitsDenyOrDelay(t *testing.T) {
 	deny := "keyward.dev/deny-" + suffix
 	delay := "keyward.dev/delay-" + suffix
 	keyURI, caFile, _ := caInToken(t, "ca-"+suffix)
-	d := signerConfig(deny, config.ProfilePodIdentity, keyURI, caFile)
+	d := signerConfig(t, deny, config.ProfilePodIdentity, keyURI, caFile)
 	d.RateLimits = config.RateLimits{PerNode: &config.Rate{QPS: 0.01, Burst: 2}, OnLimit: "deny"}
-	l := signerConfig(delay, config.ProfilePodIdentity, keyURI, caFile)
+	l := signerConfig(t, delay, config.ProfilePodIdentity, keyURI, caFile)
 	l.RateLimits = config.RateLimits{PerNamespace: &config.Rate{QPS: 1, Burst: 1}}
 	runSigner(t, baseConfig(t, d, l), "replica-0")
 	w := podOnNode(t, ctx, uniqueName(t, "node"), deny, delay)

@@ -119,7 +119,7 @@ func TestTransformedRequestStatusWrite(t *testing.T) {
 			before := decoratedPCR(t, ctx, w, name)
 			suffix := uniqueName(t, "c")
 			keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-			runSignerVersion(t, baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0", version)
+			runSignerVersion(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "replica-0", version)
 			after := waitTerminal(t, ctx, before, 30*time.Second)
 			if c := condition(after); c.Type != "Issued" {
 				t.Fatalf("%s/%s: %s", c.Type, c.Reason, c.Message)

@@ -34,7 +34,7 @@ func TestV1beta1RequestsInBothKeyForms(t *testing.T) {
 	suffix := uniqueName(t, "b")
 	name := "keyward.dev/beta-" + suffix
 	keyURI, caFile, root := caInToken(t, "ca-"+suffix)
-	cfg := baseConfig(t, signerConfig(name, config.ProfilePodIdentity, keyURI, caFile))
+	cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
 	s := runSignerVersion(t, cfg, "replica-0", "") // discovery, not a forced version
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	node := nodeClient(t, w.Node.Name)

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keyward/keyward/backends/uri"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
@@ -99,10 +99,11 @@ type LeaderElection struct {
 	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
 }
 
-// Signer is the policy for one signer name.
+// Signer is the policy for one signer name. Its CA generations are not
+// here: they live in the Authority object (keyward.dev/v1alpha1) that
+// names the signer (docs/rotation.md).
 type Signer struct {
 	Name    string `json:"name"`
-	CA      CA     `json:"ca"`
 	Profile string `json:"profile"`
 	// PodIdentity applies to the podIdentity profile.
 	PodIdentity *PodIdentity `json:"podIdentity,omitempty"`
@@ -126,15 +127,6 @@ type Signer struct {
 	// a request carrying any other key is Denied.
 	UnverifiedUserAnnotations []string   `json:"unverifiedUserAnnotations,omitempty"`
 	RateLimits                RateLimits `json:"rateLimits,omitempty"`
-}
-
-// CA names the CA certificate and its key.
-type CA struct {
-	CertificateFile string `json:"certificateFile,omitempty"`
-	CertificatePEM  string `json:"certificatePEM,omitempty"`
-	// ChainFile holds the issuers above the CA certificate, nearest first.
-	ChainFile string `json:"chainFile,omitempty"`
-	KeyURI    string `json:"keyURI"`
 }
 
 // PodIdentity configures the podIdentity profile.
@@ -211,6 +203,9 @@ func Parse(data []byte) (*SignerConfiguration, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	if err := removedCA(js); err != nil {
+		return nil, err
 	}
 	strict, err := kjson.UnmarshalStrict(js, &cfg)
 	if err != nil {
@@ -357,15 +352,6 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	case reservedDomain(domain):
 		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "signer names in the kubernetes.io and k8s.io domains are reserved"))
 	}
-	cp := p.Child("ca")
-	if (s.CA.CertificateFile == "") == (s.CA.CertificatePEM == "") {
-		errs = append(errs, field.Invalid(cp, "", "give exactly one of certificateFile and certificatePEM"))
-	}
-	if s.CA.KeyURI == "" {
-		errs = append(errs, field.Required(cp.Child("keyURI"), "e.g. pkcs11:token=…;object=…?module-path=…&pin-source=file:…"))
-	} else if err := checkKeyURI(s.CA.KeyURI); err != nil {
-		errs = append(errs, field.Invalid(cp.Child("keyURI"), uri.RedactURI(s.CA.KeyURI), err.Error()))
-	}
 	if s.PodIdentity != nil && s.Profile != ProfilePodIdentity {
 		errs = append(errs, field.Invalid(p.Child("podIdentity"), *s.PodIdentity, "applies only to profile "+ProfilePodIdentity))
 	}
@@ -423,31 +409,44 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	return errs
 }
 
-// keyURISchemes are the backends keyward has.
-var keyURISchemes = []string{"file", "pkcs11", "gcpkms", "awskms"}
+// MigrationDoc is where the move of a removed ca: block is described.
+const MigrationDoc = "docs/rotation.md#migrating-from-the-ca-block"
 
-// checkKeyURI finds the mistakes a key URI shows without opening the key:
-// its scheme, its syntax, a secret written into it. The backend checks the
-// rest when the signer opens the key.
-func checkKeyURI(keyURI string) error {
-	u, err := uri.Parse(keyURI)
-	if err != nil {
-		return err
+// ErrCABlockRemoved is matched (errors.Is) when a configuration still has
+// a signers[].ca block.
+var ErrCABlockRemoved = errors.New("the ca block was removed from the signer configuration")
+
+// removedCA refuses a file that still has a signers[].ca block, with one
+// error that names the field and says where its content goes now. The
+// block is looked for before strict decoding so that it is not reported as
+// just an unknown field.
+func removedCA(js []byte) error {
+	var loose struct {
+		Signers []map[string]json.RawMessage `json:"signers"`
 	}
-	if !slices.Contains(keyURISchemes, u.Scheme) {
-		if slices.Contains(keyURISchemes, strings.ToLower(u.Scheme)) {
-			return fmt.Errorf("scheme %q: schemes are lower case, %q", u.Scheme, strings.ToLower(u.Scheme))
+	if json.Unmarshal(js, &loose) != nil {
+		return nil // strict decoding reports it
+	}
+	var errs field.ErrorList
+	for i, s := range loose.Signers {
+		if _, ok := s["ca"]; ok {
+			errs = append(errs, field.Forbidden(field.NewPath("signers").Index(i).Child("ca"), fmt.Sprintf(
+				"%v: a signer's CA certificate and key now live in an Authority object (keyward.dev/v1alpha1), "+
+					"the one source of truth every replica reads; move it there with `keyward ca import` and delete the block (%s)",
+				ErrCABlockRemoved, MigrationDoc)))
 		}
-		return fmt.Errorf("unknown scheme %q (known: %s)", u.Scheme, strings.Join(keyURISchemes, ", "))
 	}
-	if secrets := u.Secrets(); len(secrets) > 0 {
-		return fmt.Errorf("%s: secrets are not accepted in key URIs; give a PIN by pin-source=file:/path or pin-source=env:NAME", secrets[0])
+	if len(errs) == 0 {
+		return nil
 	}
-	if ps := u.Attr("pin-source"); ps != "" && !strings.HasPrefix(ps, "file:") && !strings.HasPrefix(ps, "env:") {
-		return errors.New("pin-source: must be file:/path or env:NAME (the PIN itself never goes in the URI)")
-	}
-	return nil
+	return &caBlockError{errs.ToAggregate()}
 }
+
+// caBlockError is the refusal of a ca: block; it matches ErrCABlockRemoved.
+type caBlockError struct{ err error }
+
+func (e *caBlockError) Error() string        { return e.err.Error() }
+func (e *caBlockError) Is(target error) bool { return target == ErrCABlockRemoved }
 
 func checkPattern(p string) error {
 	rest := strings.TrimPrefix(p, "*.")

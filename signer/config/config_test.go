@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -55,8 +56,6 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a lifetime under an hour", "maxLifetime: 24h", "maxLifetime: 30m", "signers[0].maxLifetime"},
 		{"a refresh point of 1", "refreshPoint: 0.6", "refreshPoint: 1", "signers[2].refreshPoint"},
 		{"a backdate of 5 minutes", "backdate: 1m", "backdate: 5m", "signers[2].backdate"},
-		{"a missing key URI", "    keyURI: file:/etc/keyward/spiffe/ca.key\n", "", "signers[1].ca.keyURI"},
-		{"two CA certificate sources", "certificateFile: /etc/keyward/spiffe/ca.crt", "certificateFile: /etc/keyward/spiffe/ca.crt\n    certificatePEM: x", "signers[1].ca"},
 		{"a SPIFFE signer without a trust domain", "trustDomain: cluster.local", "trustDomain: ''", "signers[1].spiffe.trustDomain"},
 		{"a server signer not reading its annotation", "unverifiedUserAnnotations: [keyward.dev/dns-names]", "unverifiedUserAnnotations: [example.com/x]", "signers[2].unverifiedUserAnnotations"},
 		{"an unknown DNS placeholder", "{serviceAccount}.{namespace}.svc", "{pod}.{namespace}.svc", "signers[2].server.allowedDNSNames[0]"},
@@ -73,11 +72,6 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
 		{"a field given twice", "workers: 8", "workers: 8\nworkers: 3", `"workers" already set`},
 		{"a signer field given twice", "maxLifetime: 24h", "maxLifetime: 24h\n  maxLifetime: 2h", `"maxLifetime" already set`},
-		{"a PIN in the key URI", "pin-source=file:/etc/keyward/pin", "pin-value=9731", "signers[0].ca.keyURI"},
-		{"a PIN with a space in the key URI", "pin-source=file:/etc/keyward/pin", "Pin-Value=97 31", "signers[0].ca.keyURI"},
-		{"a PIN where its source belongs", "pin-source=file:/etc/keyward/pin", "pin-source=9731", "signers[0].ca.keyURI"},
-		{"an upper-case key URI scheme", "keyURI: file:/etc/keyward/spiffe/ca.key", "keyURI: FILE:/etc/keyward/spiffe/ca.key", "signers[1].ca.keyURI"},
-		{"an unknown key URI scheme", "keyURI: file:/etc/keyward/spiffe/ca.key", "keyURI: vault:/ca", "signers[1].ca.keyURI"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,6 +79,43 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 				t.Fatalf("fixture lacks %q", tc.from)
 			}
 			checkRefused(t, strings.Replace(string(base), tc.from, tc.to, 1), tc.wantField)
+		})
+	}
+}
+
+// A file that still has a signers[].ca block is refused with one error
+// that names the field and points to the migration, whatever the block
+// holds (a PIN in it is not shown).
+func TestCABlockIsRefusedWithTheMigration(t *testing.T) {
+	base, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		block     string
+		wantField string
+	}{
+		{"a ca block with a certificate file and a key URI", "  ca:\n    certificateFile: /etc/keyward/ca.crt\n    keyURI: file:/etc/keyward/ca.key\n", "signers[1].ca"},
+		{"an empty ca block", "  ca: {}\n", "signers[1].ca"},
+		{"a ca block whose key URI has a PIN", "  ca:\n    keyURI: pkcs11:token=t;object=o?pin-value=9731\n", "signers[1].ca"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := strings.Replace(string(base), "  profile: spiffe\n", "  profile: spiffe\n"+tc.block, 1)
+			_, err := config.Parse([]byte(data))
+			if !errors.Is(err, config.ErrCABlockRemoved) {
+				t.Fatalf("Parse = %v, want ErrCABlockRemoved", err)
+			}
+			checkRefused(t, data, tc.wantField)
+			for _, want := range []string{"keyward ca import", config.MigrationDoc} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not point to %s", err, want)
+				}
+			}
+			if strings.Count(err.Error(), "signers[") != 1 {
+				t.Errorf("error %q: want one error, about the ca block only", err)
+			}
 		})
 	}
 }

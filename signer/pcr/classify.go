@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +56,7 @@ func Classify(err error) Class {
 		errors.Is(err, authority.ErrCANotYetValid),
 		errors.Is(err, authority.ErrCAExpiresTooSoon),
 		errors.Is(err, authority.ErrBadSignature),
+		errors.Is(err, issuer.ErrUnavailable),
 		errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, context.Canceled):
 		return Transient

@@ -26,6 +26,7 @@ import (
 
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,13 +98,18 @@ const (
 	// loudRetries: a request still retrying after this many attempts is
 	// logged at default verbosity (once).
 	loudRetries = 5
+	// unavailableWait: a request for a signer name with no generation that
+	// may issue looks again this much later (the Issuer logs the cause).
+	unavailableWait = time.Second
 )
 
 // Signer is one signer name the controller owns, with its policy.
 type Signer struct {
-	Name      string
-	Authority *authority.Authority
-	Profile   profile.Profile
+	Name string
+	// Issuer says which CA generation signs now (and records how long its
+	// leaves may live before each signature).
+	Issuer  issuer.Issuer
+	Profile profile.Profile
 	// Backend labels metrics (the key URI's scheme).
 	Backend         string
 	AllowedKeyTypes []string
@@ -277,8 +283,8 @@ func New(opts Options) (*Controller, error) {
 		events:  newEventLog(opts.Recorder, opts.EventPolicy, opts.Clock, opts.Metrics),
 	}
 	for _, s := range opts.Signers {
-		if s.Authority == nil || s.Profile == nil {
-			return nil, fmt.Errorf("signer %s needs an authority and a profile", s.Name)
+		if s.Issuer == nil || s.Profile == nil {
+			return nil, fmt.Errorf("signer %s needs an issuer and a profile", s.Name)
 		}
 		if _, dup := c.signers[s.Name]; dup {
 			return nil, fmt.Errorf("signer %s given twice", s.Name)
@@ -479,12 +485,24 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if err := stop.Err(); err != nil {
 			return 0, err
 		}
-		cert, err = c.issue(ctx, s, r)
+		auth, gen, err := s.Issuer.Current()
 		if err != nil {
-			return c.issueFailed(ctx, s, r, err)
+			// No generation may issue (the Issuer logs why, once): the
+			// request waits; it is not a CA-key outage.
+			c.delayed(r, EventSigningDelayed, "waiting for a CA generation that may issue: %v", err)
+			return unavailableWait, nil
+		}
+		cert, err = c.issue(ctx, s, r, auth, gen)
+		if errors.Is(err, issuer.ErrUnavailable) {
+			// The reservation was not recorded: nothing was signed.
+			c.delayed(r, EventSigningDelayed, "will retry: %v", err)
+			return 0, err
+		}
+		if err != nil {
+			return c.issueFailed(ctx, s, r, auth, err)
 		}
 		if since := s.signed(); !since.IsZero() {
-			klog.FromContext(ctx).Info("CA key signs again", "signer", s.Name, "key", s.Authority.Signer().URI(),
+			klog.FromContext(ctx).Info("CA key signs again", "signer", s.Name, "key", auth.Signer().URI(),
 				"outage", c.opts.Clock.Since(since).Round(time.Second))
 		}
 		c.records.update(r.uid, func(rec *requestRecord) { rec.cert = cert })
@@ -495,7 +513,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 }
 
 // issueFailed handles an error from building or signing the certificate.
-func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request, err error) (time.Duration, error) {
+func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request, auth *authority.Authority, err error) (time.Duration, error) {
 	switch Classify(err) {
 	case Denial:
 		var d *profile.Denial
@@ -506,7 +524,7 @@ func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request
 		since, began := s.failing(now)
 		if began {
 			klog.FromContext(ctx).Error(err, "CA key cannot sign; requests wait and are retried", "signer", s.Name,
-				"key", s.Authority.Signer().URI(), "failAfter", c.opts.FailAfter)
+				"key", auth.Signer().URI(), "failAfter", c.opts.FailAfter)
 		}
 		if c.opts.FailAfter > 0 && now.Sub(since) > c.opts.FailAfter {
 			return c.terminal(ctx, s, r, "Failed", ReasonSignerUnavailable, fmt.Sprintf(
@@ -666,7 +684,9 @@ func (c *Controller) takeToken(s *signerState, r *request) (time.Duration, *prof
 	return wait, nil
 }
 
-func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*issuedCert, error) {
+// issue signs a certificate for r with auth, generation gen, after the
+// Issuer recorded that a leaf of gen may live until now + lifetime.
+func (c *Controller) issue(ctx context.Context, s *signerState, r *request, auth *authority.Authority, gen string) (*issuedCert, error) {
 	lifetime := time.Duration(defaultMaxExpiry) * time.Second
 	if r.maxExpirationSeconds != nil {
 		lifetime = time.Duration(*r.maxExpirationSeconds) * time.Second
@@ -683,16 +703,23 @@ func (c *Controller) issue(ctx context.Context, s *signerState, r *request) (*is
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.opts.SignTimeout)
 	defer cancel()
-	key := s.Authority.Signer().KeyVersion()
-	leaf, err := s.Authority.Sign(sctx, tmpl, r.publicKey, authority.Policy{
-		Lifetime: lifetime, Backdate: s.Backdate, MinLifetime: config.MinLifetime, Now: c.opts.Clock.Now,
+	// The leaf ends at the latest at now + lifetime (Sign backdates
+	// notBefore, which only brings notAfter earlier); the leaf is dated
+	// from this same now, so the reservation covers it exactly.
+	now := c.opts.Clock.Now()
+	if err := s.Issuer.Reserve(sctx, gen, now.Add(lifetime)); err != nil {
+		return nil, err
+	}
+	key := auth.Signer().KeyVersion()
+	leaf, err := auth.Sign(sctx, tmpl, r.publicKey, authority.Policy{
+		Lifetime: lifetime, Backdate: s.Backdate, MinLifetime: config.MinLifetime, Now: func() time.Time { return now },
 	})
 	if err != nil {
 		return nil, err
 	}
 	var chain strings.Builder
 	chain.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}))
-	for _, ca := range s.Authority.Chain() {
+	for _, ca := range auth.Chain() {
 		chain.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))
 	}
 	return &issuedCert{leaf: leaf, chain: chain.String(), key: key, signedAt: c.opts.Clock.Now()}, nil

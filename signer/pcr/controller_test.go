@@ -16,6 +16,7 @@ import (
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
@@ -61,7 +62,7 @@ func testSigner(t *testing.T) (*Signer, *countingSigner) {
 		t.Fatal(err)
 	}
 	prof, _ := profile.New(config.Signer{Profile: config.ProfileSPIFFE, SPIFFE: &config.SPIFFE{TrustDomain: "td"}})
-	return &Signer{Name: "keyward.dev/unit", Authority: auth, Profile: prof, Backend: "file",
+	return &Signer{Name: "keyward.dev/unit", Issuer: issuer.Static{Authority: auth}, Profile: prof, Backend: "file",
 		AllowedKeyTypes: config.AllKeyTypes(), MaxLifetime: 24 * time.Hour, RefreshPoint: 0.5, Backdate: 2 * time.Minute}, counting
 }
 
@@ -156,7 +157,7 @@ func TestRefreshIsClampedTenMinutesFromEitherEnd(t *testing.T) {
 func signLeaf(t *testing.T, s *Signer, lifetime time.Duration) *issuedCert {
 	t.Helper()
 	k, _ := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
-	leaf, err := s.Authority.Sign(context.Background(), &x509.Certificate{}, k.Public(), authority.Policy{Lifetime: lifetime, Backdate: time.Minute})
+	leaf, err := authorityOf(s).Sign(context.Background(), &x509.Certificate{}, k.Public(), authority.Policy{Lifetime: lifetime, Backdate: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,11 +180,11 @@ func (f failingKey) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) {
 func syncOnce(t *testing.T, keyErr error, failAfter time.Duration, created time.Time) (*certv1.PodCertificateRequest, error) {
 	t.Helper()
 	s, _ := testSigner(t)
-	auth, err := authority.New(s.Authority.Certificate(), nil, failingKey{Signer: s.Authority.Signer(), err: keyErr})
+	auth, err := authority.New(authorityOf(s).Certificate(), nil, failingKey{Signer: authorityOf(s).Signer(), err: keyErr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Authority = auth
+	s.Issuer = issuer.Static{Authority: auth}
 	p := testPCR(t, s.Name)
 	p.CreationTimestamp = metav1.NewTime(created)
 	client := fake.NewClientset(p)
@@ -264,12 +265,12 @@ func (f *flakyKey) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, err
 // an outage into RateLimited denials.
 func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
 	s, _ := testSigner(t)
-	flaky := &flakyKey{Signer: s.Authority.Signer(), failures: 2}
-	auth, err := authority.New(s.Authority.Certificate(), nil, flaky)
+	flaky := &flakyKey{Signer: authorityOf(s).Signer(), failures: 2}
+	auth, err := authority.New(authorityOf(s).Certificate(), nil, flaky)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Authority = auth
+	s.Issuer = issuer.Static{Authority: auth}
 	s.PerNode = &config.Rate{QPS: 0.001, Burst: 1} // one token, the next in ~17 minutes
 	s.DenyOnLimit = true
 	p := testPCR(t, s.Name)
@@ -346,4 +347,10 @@ func TestRateBucketsStayBounded(t *testing.T) {
 	if wait := l.reserve("busy-0", "ns", now); wait == 0 {
 		t.Fatal("busy-0 got a second token at once: its drained bucket was dropped")
 	}
+}
+
+// authorityOf is the authority s's static Issuer holds.
+func authorityOf(s *Signer) *authority.Authority {
+	a, _, _ := s.Issuer.Current()
+	return a
 }

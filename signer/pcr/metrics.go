@@ -30,7 +30,8 @@ type Metrics struct {
 	EventsDropped *prometheus.CounterVec
 	// EventWriteErrors counts Event writes to the apiserver that failed.
 	EventWriteErrors prometheus.Counter
-	// CANotAfter is the CA certificate's expiry, as a Unix time.
+	// CANotAfter is the expiry of each CA generation whose key is open, as
+	// a Unix time, by signer and generation.
 	CANotAfter *prometheus.GaugeVec
 	// Retries counts transient failures that were requeued.
 	Retries *prometheus.CounterVec
@@ -62,8 +63,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"backend", "kind"}),
 		CANotAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keyward_ca_not_after_timestamp_seconds",
-			Help: "Expiry of the CA certificate each signer issues under.",
-		}, []string{"signer"}),
+			Help: "Expiry of the CA certificate of every generation whose key the signer has open (Staged, Promoted or Active), by signer name and generation.",
+		}, []string{"signer", "generation"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyward_pcr_retries_total",
 			Help: "Transient failures (backend or API) that were requeued, by signer.",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -106,12 +107,12 @@ func newHarness(t *testing.T, mutate func(*Options)) *harness {
 	t.Helper()
 	s, _ := testSigner(t)
 	h := &harness{t: t, clock: clocktesting.NewFakeClock(time.Now()), perms: &fakePermissions{}, rec: record.NewFakeRecorder(1000)}
-	h.key = &scriptedKey{Signer: s.Authority.Signer()}
-	auth, err := authority.New(s.Authority.Certificate(), nil, h.key)
+	h.key = &scriptedKey{Signer: authorityOf(s).Signer()}
+	auth, err := authority.New(authorityOf(s).Certificate(), nil, h.key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Authority = auth
+	s.Issuer = issuer.Static{Authority: auth}
 	h.signer = s
 	h.client = fake.NewClientset()
 	h.client.PrependReactor("update", "podcertificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {

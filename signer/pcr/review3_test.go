@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/issuer"
 	"k8s.io/apimachinery/pkg/types"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -157,11 +158,11 @@ func TestReview3AfterASkewPauseOneRequestIsTried(t *testing.T) {
 		}
 	}
 	gk := &gatedKey{scriptedKey: h.key, release: make(chan struct{})}
-	auth, err := authority.New(h.signer.Authority.Certificate(), nil, gk)
+	auth, err := authority.New(authorityOf(h.signer).Certificate(), nil, gk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.signer.Authority = auth
+	h.signer.Issuer = issuer.Static{Authority: auth}
 	h.clock.Step(skewWait) // every waiting request comes due now
 	var wg sync.WaitGroup
 	for _, k := range keys { // the workers

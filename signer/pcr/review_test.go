@@ -17,6 +17,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
@@ -62,12 +63,12 @@ func (k *slowKey) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, erro
 // as the backlog.
 func TestReviewNoNewSignaturesAfterTheContextEnds(t *testing.T) {
 	s, _ := testSigner(t)
-	key := &slowKey{Signer: s.Authority.Signer(), delay: 20 * time.Millisecond}
-	auth, err := authority.New(s.Authority.Certificate(), nil, key)
+	key := &slowKey{Signer: authorityOf(s).Signer(), delay: 20 * time.Millisecond}
+	auth, err := authority.New(authorityOf(s).Certificate(), nil, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Authority = auth
+	s.Issuer = issuer.Static{Authority: auth}
 	const n = 200
 	var objs []runtime.Object
 	for i := range n {

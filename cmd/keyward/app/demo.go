@@ -28,8 +28,12 @@ import (
 	"k8s.io/klog/v2/textlogger"
 )
 
-// demoSigner is the signer name the demo issues for.
-const demoSigner = "keyward.dev/demo"
+// demoSigner is the signer name the demo issues for; demoGeneration is its
+// CA generation.
+const (
+	demoSigner     = "keyward.dev/demo"
+	demoGeneration = "demo-1"
+)
 
 type demoOptions struct {
 	dir  string
@@ -135,11 +139,24 @@ SoftHSM2 token ready
 	if err != nil {
 		return err
 	}
-	caFile := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}), 0o644); err != nil {
+	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), rootPEM, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "CA key created in SoftHSM (non-extractable): %s\n  fingerprint sha256:%s\n", caKey.URI(), caKey.Fingerprint())
+
+	// The CA lives in the cluster, in the signer name's Authority: one
+	// generation, Active. The trust publisher makes a generation Active
+	// (status) once it runs here; until it is wired in, the demo applies
+	// that status itself, as the trust publisher's bootstrap would.
+	authorities, err := controlplane.InstallAuthorityCRD(ctx, cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	if _, err := controlplane.ActiveAuthority(ctx, authorities, "demo", demoSigner, demoGeneration, caKey.URI(), string(rootPEM)); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Authority demo (keyward.dev/v1alpha1) for %s: generation %s Active\n", demoSigner, demoGeneration)
 
 	// The signer, as `keyward signer --config` would run it.
 	off := false
@@ -148,8 +165,7 @@ SoftHSM2 token ready
 		KubeClient:     config.KubeClient{Kubeconfig: signerKubeconfig},
 		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
 		LeaderElection: config.LeaderElection{Enabled: &off},
-		Signers: []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity,
-			CA: config.CA{CertificateFile: caFile, KeyURI: caKey.URI()}}},
+		Signers:        []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity}},
 	}
 	cfg.Default()
 	if errs := cfg.Validate(); len(errs) > 0 {

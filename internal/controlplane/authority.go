@@ -1,0 +1,81 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/keyward/keyward/deploy"
+	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+)
+
+// InstallAuthorityCRD applies the shipped Authority CRD (deploy/crds) and
+// returns a client once the apiserver serves the resource.
+func InstallAuthorityCRD(ctx context.Context, cfg *rest.Config) (*authclient.Client, error) {
+	manifest, err := deploy.CRDs.ReadFile("crds/keyward.dev_authorities.yaml")
+	if err != nil {
+		return nil, err
+	}
+	if err := ApplyManifest(ctx, cfg, manifest); err != nil {
+		return nil, fmt.Errorf("applying deploy/crds: %w", err)
+	}
+	c, err := authclient.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the apiserver to serve authorities.keyward.dev: %w", err)
+	}
+	return c, nil
+}
+
+// ActiveAuthority creates (or replaces the spec of) Authority name for
+// signerName with one generation, desired Active, and applies its status
+// phase Active as the trust publisher would (its bootstrap: no generation
+// was Active before). It returns the Authority as written.
+func ActiveAuthority(ctx context.Context, c *authclient.Client, name, signerName, generation, keyURI, certificatePEM string) (*v1alpha1.Authority, error) {
+	a := &v1alpha1.Authority{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.AuthoritySpec{SignerName: signerName, Generations: []v1alpha1.Generation{
+			{Name: generation, KeyURI: keyURI, CertificatePEM: certificatePEM, Phase: v1alpha1.PhaseActive},
+		}},
+	}
+	if _, err := c.Create(ctx, a, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating Authority %s: %w", name, err)
+		}
+		old, err := c.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		old.Spec = a.Spec
+		if _, err := c.Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("updating Authority %s: %w", name, err)
+		}
+	}
+	return SetObservedPhases(ctx, c, name, map[string]v1alpha1.Phase{generation: v1alpha1.PhaseActive})
+}
+
+// SetObservedPhases applies status phases as the trust publisher's field
+// manager, standing in for it: phases maps every generation it reports.
+func SetObservedPhases(ctx context.Context, c *authclient.Client, name string, phases map[string]v1alpha1.Phase) (*v1alpha1.Authority, error) {
+	since := metav1.NewTime(time.Now().Truncate(time.Second))
+	var gens []map[string]any
+	for g, p := range phases {
+		gens = append(gens, map[string]any{"name": g, "phase": p, "since": since})
+	}
+	out, err := c.ApplyStatus(ctx, name, map[string]any{"generations": gens}, v1alpha1.FieldManagerTrustPublisher)
+	if err != nil {
+		return nil, fmt.Errorf("applying the status phases of Authority %s: %w", name, err)
+	}
+	return out, nil
+}

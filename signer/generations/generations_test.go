@@ -1,0 +1,351 @@
+package generations
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/issuer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+const signerName = "keyward.dev/unit"
+
+// testCA is a file key and a self-signed root for it.
+type testCA struct {
+	uri, pem string
+	fp       string
+}
+
+func newTestCA(t *testing.T, name string) testCA {
+	t.Helper()
+	ctx := context.Background()
+	key, err := file.New().CreateKey(ctx, backends.CreateKeyRequest{URI: "file:" + filepath.Join(t.TempDir(), name+".pem"), Algorithm: backends.ECDSAP256SHA256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer key.Close()
+	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: name, Lifetime: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCA{uri: key.URI(), pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})), fp: key.Fingerprint()}
+}
+
+// recordingWriter counts status applies and keeps the last body.
+type recordingWriter struct {
+	mu     sync.Mutex
+	writes int
+	last   map[string]any
+	fail   error
+	delay  time.Duration
+}
+
+func (w *recordingWriter) ApplyStatus(_ context.Context, _ string, status any, manager string) (*v1alpha1.Authority, error) {
+	if manager != v1alpha1.FieldManagerSigner {
+		panic("wrong field manager " + manager)
+	}
+	time.Sleep(w.delay)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes++
+	w.last, _ = status.(map[string]any)
+	return &v1alpha1.Authority{}, w.fail
+}
+
+func (w *recordingWriter) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes
+}
+
+// noWatchList tells the reflector that the fake watch cannot stream the
+// initial list (it has no bookmarks).
+type noWatchList struct{ *cache.ListWatch }
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// harness runs a Manager over a fake Authority watch.
+type harness struct {
+	m      *Manager
+	watch  *watch.FakeWatcher
+	writer *recordingWriter
+	opened atomic.Int32
+}
+
+func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
+	t.Helper()
+	h := &harness{watch: watch.NewFake(), writer: &recordingWriter{}}
+	lw := &cache.ListWatch{
+		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
+			l := &v1alpha1.AuthorityList{}
+			for _, o := range objs {
+				l.Items = append(l.Items, *o)
+			}
+			return l, nil
+		},
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return h.watch, nil },
+	}
+	inf := cache.NewSharedIndexInformer(noWatchList{lw}, &v1alpha1.Authority{}, 0, cache.Indexers{client.IndexSignerName: func(obj any) ([]string, error) {
+		return []string{obj.(*v1alpha1.Authority).Spec.SignerName}, nil
+	}})
+	reg, err := backends.NewRegistry(file.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{Writer: h.writer, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
+		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
+			h.opened.Add(1)
+			return reg.Open(ctx, backends.OpenRequest{URI: uri})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.Run(ctx.Done()) })
+	wg.Go(func() { _ = m.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return h
+}
+
+// lead makes h's Manager the leader until the test ends.
+func (h *harness) lead(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.m.Lead(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "leading", func() bool { return h.m.leading.Load() })
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+type gen struct {
+	name              string
+	ca                testCA
+	desired, observed v1alpha1.Phase
+}
+
+func authorityFor(name string, gens ...gen) *v1alpha1.Authority {
+	a := &v1alpha1.Authority{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"}, Spec: v1alpha1.AuthoritySpec{SignerName: signerName}}
+	for _, g := range gens {
+		a.Spec.Generations = append(a.Spec.Generations, v1alpha1.Generation{Name: g.name, KeyURI: g.ca.uri, CertificatePEM: g.ca.pem, Phase: g.desired})
+		if g.observed != "" {
+			a.Status.Generations = append(a.Status.Generations, v1alpha1.GenerationStatus{Name: g.name, Phase: g.observed})
+		}
+	}
+	return a
+}
+
+// issuing is the generation h's signer issues with now, or "".
+func (h *harness) issuing() string {
+	_, g, err := h.m.Issuer(signerName).Current()
+	if err != nil {
+		return ""
+	}
+	return g
+}
+
+// The generation whose observed phase is Active issues; when the observed
+// Active moves, the other key issues at once (no reopening), and the old
+// generation can no longer reserve (so it signs nothing more).
+func TestObservedActiveGenerationIssues(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	h := start(t, authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseStaged}))
+	eventually(t, "generation a issuing", func() bool { return h.issuing() == "a" })
+	auth, _, _ := h.m.Issuer(signerName).Current()
+	if auth.Signer().Fingerprint() != a.fp {
+		t.Fatal("generation a issues with another key")
+	}
+	if n := h.opened.Load(); n != 2 {
+		t.Fatalf("opened %d keys, want 2 (a Active, b Staged)", n)
+	}
+
+	moved := authorityFor("unit", gen{"a", a, v1alpha1.PhasePromoted, v1alpha1.PhasePromoted}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	moved.ResourceVersion = "2"
+	h.watch.Modify(moved)
+	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
+	auth, _, _ = h.m.Issuer(signerName).Current()
+	if auth.Signer().Fingerprint() != b.fp {
+		t.Fatal("generation b issues with another key")
+	}
+	if n := h.opened.Load(); n != 2 {
+		t.Fatalf("opened %d keys, want still 2: activation must not reopen", n)
+	}
+	h.lead(t)
+	if err := h.m.Issuer(signerName).Reserve(context.Background(), "a", time.Now().Add(time.Hour)); !errors.Is(err, issuer.ErrUnavailable) {
+		t.Fatalf("Reserve for the old generation = %v, want ErrUnavailable", err)
+	}
+	if len(h.m.Keys()) != 2 {
+		t.Fatalf("%d keys open, want 2 (a Promoted still kept)", len(h.m.Keys()))
+	}
+
+	retired := authorityFor("unit", gen{"a", a, v1alpha1.PhaseRetired, v1alpha1.PhaseRetired}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	retired.ResourceVersion = "3"
+	h.watch.Modify(retired)
+	eventually(t, "generation a's key closed", func() bool { return len(h.m.Keys()) == 1 })
+}
+
+// Without exactly one Authority whose observed Active generation has a
+// usable key, the signer name issues nothing, and says why.
+func TestNoUsableActiveGenerationIssuesNothing(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	mismatched := a
+	mismatched.pem = b.pem
+	cases := []struct {
+		name    string
+		objs    []*v1alpha1.Authority
+		wantErr string
+	}{
+		{"no Authority names the signer", nil, "no Authority"},
+		{"two Authorities name the signer", []*v1alpha1.Authority{
+			authorityFor("one", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
+			authorityFor("two", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
+		}, "Authorities one and two"},
+		{"no generation is observed Active", []*v1alpha1.Authority{
+			authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseStaged}),
+		}, "no generation of Authority unit is Active"},
+		{"the Active generation's certificate is not for its key", []*v1alpha1.Authority{
+			authorityFor("unit", gen{"a", mismatched, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
+		}, "is not for key"},
+		{"the Active generation's key does not open", []*v1alpha1.Authority{
+			authorityFor("unit", gen{"a", testCA{uri: "file:/nonexistent/key.pem", pem: a.pem}, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
+		}, "opening key file:/nonexistent/key.pem"},
+		{"the Active generation's key URI carries a credential", []*v1alpha1.Authority{
+			authorityFor("unit", gen{"a", testCA{uri: "awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1", pem: a.pem}, v1alpha1.PhaseActive, v1alpha1.PhaseActive}),
+		}, "opening key awskms:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, tc.objs...)
+			var err error
+			eventually(t, "the cause reported", func() bool {
+				_, _, err = h.m.Issuer(signerName).Current()
+				return err != nil && strings.Contains(err.Error(), tc.wantErr)
+			})
+			if !errors.Is(err, issuer.ErrUnavailable) {
+				t.Fatalf("Current = %v, want ErrUnavailable", err)
+			}
+			if rerr := h.m.Err(); rerr == nil || !strings.Contains(rerr.Error(), tc.wantErr) {
+				t.Fatalf("Err (for /readyz) = %v, want it to say %q", rerr, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "AKIDLEAKED") {
+				t.Fatalf("Current = %v shows a credential", err)
+			}
+		})
+	}
+}
+
+// A burst of 10,000 concurrent signatures makes one reservation write,
+// not one per request; the reservation covers every leaf of the burst.
+func TestBurstMakesOneReservationWrite(t *testing.T) {
+	a := newTestCA(t, "a")
+	h := start(t, authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}))
+	eventually(t, "generation a issuing", func() bool { return h.issuing() == "a" })
+	h.lead(t)
+	eventually(t, "keyCheck written", func() bool { return h.writer.count() == 1 })
+	h.writer.delay = 20 * time.Millisecond // the write takes a while: the burst waits on it
+
+	iss := h.m.Issuer(signerName)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	latest := time.Now().Add(24 * time.Hour)
+	for range 10000 {
+		wg.Go(func() {
+			if err := iss.Reserve(context.Background(), "a", time.Now().Add(24*time.Hour)); err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d reservations failed", n)
+	}
+	if n := h.writer.count() - 1; n != 1 {
+		t.Fatalf("%d reservation writes for a burst of 10000, want 1", n)
+	}
+	last := h.writer.last["generations"].([]map[string]any)[0]["lastIssuedNotAfter"].(metav1.Time)
+	if last.Time.Before(latest.Add(ReservationMargin - time.Second)) {
+		t.Fatalf("lastIssuedNotAfter %s does not cover the burst's leaves (until %s)", last.Time, latest)
+	}
+}
+
+// A reservation that cannot be written is an error, so nothing is signed;
+// a signer that does not lead never writes.
+func TestFailedReservationSignsNothing(t *testing.T) {
+	a := newTestCA(t, "a")
+	h := start(t, authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}))
+	eventually(t, "generation a issuing", func() bool { return h.issuing() == "a" })
+	iss := h.m.Issuer(signerName)
+	if err := iss.Reserve(context.Background(), "a", time.Now().Add(time.Hour)); !errors.Is(err, issuer.ErrUnavailable) || h.writer.count() != 0 {
+		t.Fatalf("Reserve while standing by = %v after %d writes, want ErrUnavailable and no write", err, h.writer.count())
+	}
+	h.lead(t)
+	eventually(t, "keyCheck written", func() bool { return h.writer.count() == 1 })
+	h.writer.mu.Lock()
+	h.writer.fail = errors.New("apiserver unavailable")
+	h.writer.mu.Unlock()
+	if err := iss.Reserve(context.Background(), "a", time.Now().Add(time.Hour)); !errors.Is(err, issuer.ErrUnavailable) {
+		t.Fatalf("Reserve with a failing write = %v, want ErrUnavailable", err)
+	}
+	h.writer.mu.Lock()
+	h.writer.fail = nil
+	h.writer.mu.Unlock()
+	if err := iss.Reserve(context.Background(), "a", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Reserve once the apiserver answers: %v", err)
+	}
+}
+
+// keyCheck is written when it changes, not on every resync, and names
+// both the certificate and the key when they do not match.
+func TestKeyCheckIsWrittenWhenItChanges(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	obj := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	h := start(t, obj)
+	h.lead(t)
+	eventually(t, "keyCheck written", func() bool { return h.writer.count() == 1 })
+	for i := range 5 {
+		again := obj.DeepCopy()
+		again.ResourceVersion = string(rune('2' + i))
+		h.watch.Modify(again)
+	}
+	// The handler runs the same way for every event: wait for a change
+	// that must be written, then count.
+	bad := authorityFor("unit", gen{"a", testCA{uri: a.uri, pem: b.pem}, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	bad.ResourceVersion = "9"
+	h.watch.Modify(bad)
+	eventually(t, "the mismatch written", func() bool { return h.writer.count() >= 2 })
+	if n := h.writer.count(); n != 2 {
+		t.Fatalf("%d keyCheck writes, want 2 (one per change, none per resync)", n)
+	}
+	h.writer.mu.Lock()
+	kc := h.writer.last["generations"].([]map[string]any)[0]["keyCheck"].(v1alpha1.KeyCheck)
+	h.writer.mu.Unlock()
+	if kc.Ready || !strings.Contains(kc.Message, `CN=b`) || !strings.Contains(kc.Message, a.uri) {
+		t.Fatalf("keyCheck = %+v, want not ready, naming certificate b and key %s", kc, a.uri)
+	}
+}
