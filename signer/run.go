@@ -55,10 +55,28 @@ type Options struct {
 	// (tests pass ":0" addresses).
 	Ready func(metricsAddr, healthAddr string)
 	// AlsoLead are more controllers to run while this replica holds the
-	// Lease (e.g. the trust publisher), each until its context ends. An
+	// Lease (e.g. the trust publisher), each until its context ends, with
+	// the signer's clients, Event broadcaster and metrics registry. An
 	// error from one ends leading, as one from the PodCertificateRequest
 	// controller does; returning nil early just ends that one.
-	AlsoLead []func(ctx context.Context) error
+	AlsoLead []Companion
+}
+
+// Companion is a controller run beside the signer's while it leads.
+type Companion func(ctx context.Context, env LeadEnv) error
+
+// LeadEnv is what a Companion shares with the signer.
+type LeadEnv struct {
+	RestConfig *rest.Config
+	Client     kubernetes.Interface
+	// NewRecorder records Events as component (rate-limited by client-go's
+	// broadcaster, on the signer's Events client).
+	NewRecorder func(component string) record.EventRecorder
+	// Metrics is the registry /metrics serves. A Companion built anew for
+	// each leadership term must tolerate registering twice.
+	Metrics prometheus.Registerer
+	// SignerNames are the configured signer names.
+	SignerNames []string
 }
 
 // state is what /readyz reports.
@@ -256,7 +274,11 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
 		}
 		st.controller.Store(c)
-		runs := append([]func(context.Context) error{
+		env := LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: names,
+			NewRecorder: func(component string) record.EventRecorder {
+				return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+			}}
+		runs := []func(context.Context) error{
 			func(ctx context.Context) error {
 				if err := c.Run(ctx); err != nil {
 					return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
@@ -264,7 +286,10 @@ func Run(ctx context.Context, o Options) error {
 				return nil
 			},
 			gens.Lead,
-		}, o.AlsoLead...)
+		}
+		for _, c := range o.AlsoLead {
+			runs = append(runs, func(ctx context.Context) error { return c(ctx, env) })
+		}
 		return leadAll(ctx, runs)
 	}
 	if !*cfg.LeaderElection.Enabled {

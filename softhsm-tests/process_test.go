@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/keyward/keyward/cmd/keyward/app"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -38,7 +39,8 @@ func runSignerProcess(path string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
-	if err := signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: os.Getenv("KEYWARD_TEST_IDENTITY")}); err != nil {
+	if err := signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: os.Getenv("KEYWARD_TEST_IDENTITY"),
+		AlsoLead: app.TrustPublisherCompanion(cfg)}); err != nil {
 		fmt.Fprintln(os.Stderr, "signer:", err)
 		return 1
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/keyward/keyward/cmd/keyward/app"
 	"os"
 	"path/filepath"
 	"testing"
@@ -87,6 +88,9 @@ func baseConfig(t testing.TB, signers ...config.Signer) *config.SignerConfigurat
 		KubeClient:     config.KubeClient{Kubeconfig: signerKubeconfig(t), QPS: 500, Burst: 1000},
 		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
 		LeaderElection: config.LeaderElection{Enabled: &off},
+		// The tests stand in for the trust publisher (signerConfig applies
+		// status phases); the rotation tests turn it on.
+		TrustPublisher: config.TrustPublisher{Enabled: &off},
 		Signers:        signers,
 	}
 	cfg.Default()
@@ -170,7 +174,8 @@ func startSignerRegistry(t testing.TB, cfg *config.SignerConfiguration, identity
 	addrs := make(chan [2]string, 1)
 	go func() {
 		done <- signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: identity, PodCertificateVersion: version, PermissionRecheck: recheck,
-			Ready: func(metrics, health string) { addrs <- [2]string{metrics, health} }})
+			AlsoLead: app.TrustPublisherCompanion(cfg),
+			Ready:    func(metrics, health string) { addrs <- [2]string{metrics, health} }})
 	}()
 	var once bool
 	stop := func() {

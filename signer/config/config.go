@@ -60,8 +60,18 @@ type SignerConfiguration struct {
 	Events Events `json:"events,omitempty"`
 	// Profiling serves Go's pprof handlers under /debug/pprof/ on the
 	// metrics address (default false), like Kubernetes' --profiling.
-	Profiling bool     `json:"profiling,omitempty"`
-	Signers   []Signer `json:"signers"`
+	Profiling bool `json:"profiling,omitempty"`
+	// TrustPublisher runs the rotation controller and ClusterTrustBundle
+	// publisher (trustpublisher/) for the configured signer names in this
+	// process, under the same Lease (default enabled). Disable it only when
+	// another deployment publishes for these names.
+	TrustPublisher TrustPublisher `json:"trustPublisher,omitempty"`
+	Signers        []Signer       `json:"signers"`
+}
+
+// TrustPublisher configures the trust publisher run inside the signer.
+type TrustPublisher struct {
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // KubeClient says how to reach the apiserver.
@@ -240,6 +250,10 @@ func (c *SignerConfiguration) Default() {
 	}
 	if c.HealthAddress == "" {
 		c.HealthAddress = ":9091"
+	}
+	if c.TrustPublisher.Enabled == nil {
+		t := true
+		c.TrustPublisher.Enabled = &t
 	}
 	le := &c.LeaderElection
 	if le.Enabled == nil {

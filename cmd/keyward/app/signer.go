@@ -25,7 +25,7 @@ func newSignerCommand() *cobra.Command {
 	o := &signerOptions{}
 	cmd := &cobra.Command{
 		Use:   "signer --config FILE",
-		Short: "Run the signer: issue PodCertificateRequests for the configured signer names",
+		Short: "Run the signer: issue PodCertificateRequests for the configured signer names and publish their trust bundles",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.checkConfig != "" {
@@ -50,7 +50,7 @@ func newSignerCommand() *cobra.Command {
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
 			ctx = klog.NewContext(ctx, klog.Background())
-			return signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: o.identity})
+			return signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: o.identity, AlsoLead: TrustPublisherCompanion(cfg)})
 		},
 	}
 	cmd.Flags().StringVar(&o.configFile, "config", "", "SignerConfiguration file")

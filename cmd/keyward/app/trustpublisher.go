@@ -1,0 +1,38 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/signer"
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/trustpublisher"
+)
+
+// TrustPublisherCompanion runs the trust publisher for the signer's names
+// while the signer leads (a controller built anew each term), or nothing
+// when cfg disables it. The signer and the trust publisher never import
+// each other; this is where they are put side by side.
+func TrustPublisherCompanion(cfg *config.SignerConfiguration) []signer.Companion {
+	if cfg.TrustPublisher.Enabled != nil && !*cfg.TrustPublisher.Enabled {
+		return nil
+	}
+	return []signer.Companion{func(ctx context.Context, env signer.LeadEnv) error {
+		auths, err := authclient.New(env.RestConfig)
+		if err != nil {
+			return err
+		}
+		c, err := trustpublisher.New(trustpublisher.Options{
+			Client: env.Client, Authorities: auths, SignerNames: env.SignerNames,
+			Recorder: env.NewRecorder("keyward-trustpublisher"), Metrics: env.Metrics,
+		})
+		if err != nil {
+			return fmt.Errorf("building the trust publisher: %w", err)
+		}
+		if err := c.Run(ctx); err != nil {
+			return fmt.Errorf("running the trust publisher: %w", err)
+		}
+		return nil
+	}}
+}
