@@ -218,6 +218,9 @@ func (e *evaluation) edge(g v1alpha1.Generation, observed, next v1alpha1.Phase) 
 		out = append(out, e.propagated()...)
 	case observed == v1alpha1.PhaseRetiring && next == v1alpha1.PhaseRetired:
 		out = append(out, e.published()...)
+		// Again: a retire that was forced past LeavesValid must not take
+		// the root from live workloads too without a second override.
+		out = append(out, e.leavesValid(g)...)
 		out = append(out, e.soaked(g)...)
 		out = append(out, e.propagated()...)
 	case observed == v1alpha1.PhasePromoted && next == v1alpha1.PhaseStaged:

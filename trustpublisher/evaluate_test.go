@@ -210,6 +210,12 @@ func TestEvaluate(t *testing.T) {
 		now:  t0,
 		want: []want{{gen: "a", next: v1alpha1.PhaseRetiring, gate: v1alpha1.GateCanarySoak, opensAt: t0.Add(30 * time.Minute)}},
 	}, {
+		name: "a root retired early by an override does not leave the live bundle while its leaves are valid",
+		f: newFixture(soak, window).gen("a", old, v1alpha1.PhaseRetired, v1alpha1.PhaseRetiring, t0.Add(-2*time.Hour)).issuedUntil("a", t0.Add(20*time.Hour)).
+			gen("b", next, v1alpha1.PhaseActive, v1alpha1.PhaseActive, t0.Add(-25*time.Hour)).keyReady("b").published(t0.Add(-2 * time.Hour)),
+		now:  t0,
+		want: []want{{gen: "a", next: v1alpha1.PhaseRetiring, gate: v1alpha1.GateLeavesValid, opensAt: t0.Add(20 * time.Hour)}},
+	}, {
 		name: "the first generation of a new Authority becomes Active at once once its key is ready",
 		f:    newFixture(soak, window).gen("a", old, v1alpha1.PhaseActive, "", t0).keyReady("a"),
 		now:  t0,
