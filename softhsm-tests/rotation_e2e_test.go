@@ -217,6 +217,9 @@ func (r *e2eRotation) refused(verb, gen string) *app.GateError {
 		func(x, y kwv1alpha1.Generation) bool { return x.Name == y.Name && x.Phase == y.Phase }) {
 		r.t.Fatalf("a refused trust %s changed the spec (generation %d → %d)", verb, before.Generation, after.Generation)
 	}
+	if !strings.Contains(out, gate.Step.Gate) {
+		r.t.Errorf("the refusal does not name the gate %s:\n%s", gate.Step.Gate, out)
+	}
 	r.t.Logf("keyward trust %s %s %s (refused, exit 3):\n%s", verb, r.signer, gen, strings.TrimSpace(out))
 	return gate
 }
@@ -350,6 +353,8 @@ func TestRotationEndToEnd(t *testing.T) {
 	leaves := map[string]*x509.Certificate{"A-leaf": issuedLeaf(t, issue(t, ctx, w, r.signer), caA)}
 
 	// B staged: canary only; A still issues.
+	mark("ca init B")
+	rotationStart := time.Now()
 	r.caInit("b", tokenKeyURI(keyPrefix+"-b"), "--subject", "CN=rotation root B")
 	if g := generation(t, r.get(), "b"); g.Phase != kwv1alpha1.PhaseStaged {
 		t.Fatalf("ca init of a second generation: desired %s, want Staged", g.Phase)
@@ -432,14 +437,19 @@ func TestRotationEndToEnd(t *testing.T) {
 	}
 	a = r.waitPhases("A Retired", map[string]kwv1alpha1.Phase{"a": kwv1alpha1.PhaseRetired, "b": kwv1alpha1.PhaseActive})
 	mark("A Retired")
-	elapsed := time.Since(start)
+	elapsed, rotation := time.Since(start), time.Since(rotationStart)
 	views = append(views, r.waitBundles("A Retired", []tokenCA{caB}, []tokenCA{caB}))
 	if !meta.IsStatusConditionTrue(a.Status.Conditions, kwv1alpha1.ConditionReady) {
 		t.Errorf("at the end: %s; want Ready", statusSummary(a))
 	}
 	leaves["B-leaf after finish"] = issuedLeaf(t, issue(t, ctx, w, r.signer), caB)
-	t.Logf("compressed rotation (soak %s, propagation window %s), ca init A to A Retired: %s (%s)",
-		r.soak, e2eWindow, elapsed.Round(100*time.Millisecond), strings.Join(times, ", "))
+	t.Logf("compressed rotation (soak %s, propagation window %s): ca init B to A Retired %s; ca init A to A Retired %s (%s)",
+		r.soak, e2eWindow, rotation.Round(100*time.Millisecond), elapsed.Round(100*time.Millisecond), strings.Join(times, ", "))
+	if out, err := keyward(t, "trust", "status", r.signer); err != nil {
+		t.Errorf("trust status: %v\n%s", err, out)
+	} else {
+		t.Logf("keyward trust status %s:\n%s", r.signer, out)
+	}
 
 	// What a workload on each label trusted at each phase.
 	type want struct{ canary, live bool }
