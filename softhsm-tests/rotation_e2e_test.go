@@ -247,12 +247,34 @@ func (r *e2eRotation) waitBundles(phase string, canary, live []tokenCA) trustVie
 		return true
 	}
 	var v trustView
-	err := wait.PollUntilContextTimeout(r.ctx, 50*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-		v = trustView{phase: phase, canary: kubeletView(r.t, ctx, r.signer, "canary"), live: kubeletView(r.t, ctx, r.signer, "live")}
+	// kubeletView reads with the test's context: the poll's ends with its
+	// timeout, and a List cut short by it would hide the message below.
+	err := wait.PollUntilContextTimeout(r.ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		v = trustView{phase: phase, canary: kubeletView(r.t, r.ctx, r.signer, "canary"), live: kubeletView(r.t, r.ctx, r.signer, "live")}
 		return same(v.canary, canary) && same(v.live, live), nil
 	})
 	if err != nil {
-		r.t.Fatalf("%s: kubelet sees %d roots in canary and %d in live, want %d and %d", phase, len(v.canary), len(v.live), len(canary), len(live))
+		subjects := func(roots [][]byte) []string {
+			var out []string
+			for _, d := range roots {
+				c, err := x509.ParseCertificate(d)
+				if err != nil {
+					out = append(out, err.Error())
+					continue
+				}
+				out = append(out, c.Subject.CommonName)
+			}
+			return out
+		}
+		var wantC, wantL []string
+		for _, c := range canary {
+			wantC = append(wantC, c.root.Subject.CommonName)
+		}
+		for _, c := range live {
+			wantL = append(wantL, c.root.Subject.CommonName)
+		}
+		r.t.Fatalf("%s: kubelet sees canary %q and live %q, want %q and %q; status: %s",
+			phase, subjects(v.canary), subjects(v.live), wantC, wantL, statusSummary(r.get()))
 	}
 	return v
 }
