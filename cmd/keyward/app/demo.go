@@ -43,13 +43,24 @@ func newDemoCommand() *cobra.Command {
 	o := &demoOptions{}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run keyward's whole life cycle locally: kube-apiserver + etcd, SoftHSM2, signer, a node asking for a pod certificate",
+		Short: "Run keyward's whole life cycle locally: kube-apiserver + etcd, SoftHSM2, signer, a pod certificate, a CA rotation",
 		Long: `demo starts a kube-apiserver and etcd on loopback (Node,RBAC authorization,
-NodeRestriction admission) and applies keyward's RBAC; makes a SoftHSM2 token
-and a CA key inside it; runs the signer under its own service account; creates
-a pod with a podCertificate volume and, playing its node, requests the pod's
-certificate; prints the issued chain and how long it took. Everything keeps
-running until Ctrl-C, then everything it made is removed.`,
+NodeRestriction admission) and applies keyward's RBAC; makes a SoftHSM2 token;
+creates the CA generation demo-1 with keyward ca init (its key in the token);
+runs the signer and its trust publisher under its own service account;
+creates a pod with a podCertificate volume and, playing its node, requests
+the pod's certificate; prints the issued chain and how long it took.
+
+Then it rotates the CA canary-then-live to demo-2 with gates compressed to
+seconds, running keyward ca init and keyward trust promote, activate, retire
+and finish as an operator would, and prints at each phase the canary and
+live ClusterTrustBundles as kubelet selects them and whether the pod's
+certificates from before and after activation verify against live. The
+LeavesValid gate cannot be compressed (a pod certificate lives at least 1h):
+the demo shows retire refused by it, then forces it with a reason.
+
+Everything keeps running until Ctrl-C (with --once it stops after the
+rotation), then everything it made is removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -58,7 +69,7 @@ running until Ctrl-C, then everything it made is removed.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for kubeconfigs and the SoftHSM token (default: a new temp dir, removed on exit)")
-	cmd.Flags().BoolVar(&o.once, "once", false, "stop as soon as everything is up (for CI smoke runs)")
+	cmd.Flags().BoolVar(&o.once, "once", false, "stop after the rotation instead of waiting for Ctrl-C (for CI smoke runs)")
 	return cmd
 }
 
