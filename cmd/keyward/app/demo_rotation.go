@@ -194,13 +194,30 @@ A workload's trust bundles are read as kubelet selects them, with the node's ide
 	}
 
 	r.phase("issue again: the pod's next certificate is signed by " + next)
-	chain, err := requestPodCertificate(ctx, r.out, r.node, r.workload)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(r.out, "  subject %s, issuer %s\n", chain[0].Subject, chain[0].Issuer)
-	if want := "keyward demo CA " + next; chain[0].Issuer.CommonName != want {
-		return fmt.Errorf("the leaf issued after activation is signed by %q, not %q", chain[0].Issuer.CommonName, want)
+	var (
+		chain []*x509.Certificate
+		err   error
+	)
+	for attempt := 1; ; attempt++ {
+		if chain, err = requestPodCertificate(ctx, r.out, r.node, r.workload); err != nil {
+			return err
+		}
+		fmt.Fprintf(r.out, "  subject %s, issuer %s\n", chain[0].Subject, chain[0].Issuer)
+		want := "keyward demo CA " + next
+		if chain[0].Issuer.CommonName == want {
+			break
+		}
+		// The signer follows status through its informer, moments behind
+		// the status write that --wait saw.
+		if attempt == 5 {
+			return fmt.Errorf("the leaf issued after activation is signed by %q, not %q", chain[0].Issuer.CommonName, want)
+		}
+		fmt.Fprintf(r.out, "  (the signer had not seen %s Active yet: asking again)\n", next)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	r.leaves = append(r.leaves, demoLeaf{name: "leaf #2 (issued after activation)", cert: chain[0]})
 	if err := r.show(ctx, nil); err != nil {
