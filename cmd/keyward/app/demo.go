@@ -2,7 +2,7 @@ package app
 
 import (
 	"context"
-	"encoding/pem"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -11,14 +11,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/deploy"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer"
-	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/pcr"
 	"github.com/spf13/cobra"
@@ -44,13 +43,24 @@ func newDemoCommand() *cobra.Command {
 	o := &demoOptions{}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run keyward's whole life cycle locally: kube-apiserver + etcd, SoftHSM2, signer, a node asking for a pod certificate",
+		Short: "Run keyward's whole life cycle locally: kube-apiserver + etcd, SoftHSM2, signer, a pod certificate, a CA rotation",
 		Long: `demo starts a kube-apiserver and etcd on loopback (Node,RBAC authorization,
-NodeRestriction admission) and applies keyward's RBAC; makes a SoftHSM2 token
-and a CA key inside it; runs the signer under its own service account; creates
-a pod with a podCertificate volume and, playing its node, requests the pod's
-certificate; prints the issued chain and how long it took. Everything keeps
-running until Ctrl-C, then everything it made is removed.`,
+NodeRestriction admission) and applies keyward's RBAC; makes a SoftHSM2 token;
+creates the CA generation demo-1 with keyward ca init (its key in the token);
+runs the signer and its trust publisher under its own service account;
+creates a pod with a podCertificate volume and, playing its node, requests
+the pod's certificate; prints the issued chain and how long it took.
+
+Then it rotates the CA canary-then-live to demo-2 with gates compressed to
+seconds, running keyward ca init and keyward trust promote, activate, retire
+and finish as an operator would, and prints at each phase the canary and
+live ClusterTrustBundles as kubelet selects them and whether the pod's
+certificates from before and after activation verify against live. The
+LeavesValid gate cannot be compressed (a pod certificate lives at least 1h):
+the demo shows retire refused by it, then forces it with a reason.
+
+Everything keeps running until Ctrl-C (with --once it stops after the
+rotation), then everything it made is removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -59,7 +69,7 @@ running until Ctrl-C, then everything it made is removed.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for kubeconfigs and the SoftHSM token (default: a new temp dir, removed on exit)")
-	cmd.Flags().BoolVar(&o.once, "once", false, "stop as soon as everything is up (for CI smoke runs)")
+	cmd.Flags().BoolVar(&o.once, "once", false, "stop after the rotation instead of waiting for Ctrl-C (for CI smoke runs)")
 	return cmd
 }
 
@@ -122,41 +132,45 @@ SoftHSM2 token ready
 `, cp.StartDuration.Round(time.Millisecond), cp.URL, admin, signerKubeconfig,
 		hsm.ConfPath, token.ModulePath, token.Label, token.PINFile)
 
-	// The CA key is made inside the token and never leaves it.
 	reg, err := all.NewRegistry(all.Options{})
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	caKey, err := reg.CreateKey(ctx, backends.CreateKeyRequest{
-		URI:       "pkcs11:token=" + token.Label + ";object=demo-ca?module-path=" + token.ModulePath + "&pin-source=file:" + token.PINFile,
-		Algorithm: backends.ECDSAP256SHA256,
-	})
-	if err != nil {
-		return fmt.Errorf("creating the CA key in SoftHSM: %w", err)
-	}
-	root, err := authority.SelfSignRoot(ctx, caKey, authority.RootOptions{CommonName: "keyward demo CA", Lifetime: 365 * 24 * time.Hour})
-	if err != nil {
-		return err
-	}
-	rootPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), rootPEM, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "CA key created in SoftHSM (non-extractable): %s\n  fingerprint sha256:%s\n", caKey.URI(), caKey.Fingerprint())
 
-	// The CA lives in the cluster, in the signer name's Authority: one
-	// generation, Active. The trust publisher makes a generation Active
-	// (status) once it runs here; until it is wired in, the demo applies
-	// that status itself, as the trust publisher's bootstrap would.
+	// The CA lives in the cluster, in the signer name's Authority, created
+	// empty with the demo's compressed gates as an operator's manifest
+	// would; `keyward ca init` adds its first generation (Active, as the
+	// first one is) with a key it creates inside the token, never to leave.
 	authorities, err := controlplane.InstallAuthorityCRD(ctx, cp.AdminConfig())
 	if err != nil {
 		return err
 	}
-	if _, err := controlplane.ActiveAuthority(ctx, authorities, "demo", demoSigner, demoGeneration, caKey.URI(), string(rootPEM)); err != nil {
+	if _, err := authorities.Create(ctx, &v1alpha1.Authority{
+		ObjectMeta: metav1.ObjectMeta{Name: demoAuthority},
+		Spec: v1alpha1.AuthoritySpec{SignerName: demoSigner, Gates: v1alpha1.Gates{
+			CanarySoak:        &metav1.Duration{Duration: demoCanarySoak},
+			PropagationWindow: &metav1.Duration{Duration: demoPropagationWindow},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Authority %s: %w", demoAuthority, err)
+	}
+	fmt.Fprintf(out, "Authority %s (keyward.dev/v1alpha1) for %s created with gates canarySoak %s, propagationWindow %s (defaults 1h, 5m)\n",
+		demoAuthority, demoSigner, demoCanarySoak, demoPropagationWindow)
+	cli := demoCLI{out: out, kubeconfig: admin, module: token.ModulePath}
+	caKeyURI := demoKeyURI(token, "demo-ca-1")
+	if err := cli.caInit(ctx, demoGeneration, caKeyURI); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Authority demo (keyward.dev/v1alpha1) for %s: generation %s Active\n", demoSigner, demoGeneration)
+	auth, err := authorities.Get(ctx, demoAuthority)
+	if err != nil {
+		return fmt.Errorf("reading Authority %s: %w", demoAuthority, err)
+	}
+	first := generationOf(auth, demoGeneration)
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), []byte(first.CertificatePEM), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "CA key created in SoftHSM (non-extractable) by keyward ca init: %s\n", first.KeyURI)
 
 	// The signer, as `keyward signer --config` would run it.
 	off := false
@@ -168,6 +182,8 @@ SoftHSM2 token ready
 		Signers:        []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity}},
 	}
 	cfg.Default()
+	on := true
+	cfg.TrustPublisher.Enabled = &on
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return errs.ToAggregate()
 	}
@@ -185,7 +201,8 @@ SoftHSM2 token ready
 		// control plane also serves the deprecated v1beta1, which discovery
 		// would choose to see both key forms).
 		signerDone <- signer.Run(signerCtx, signer.Options{Config: cfg, Backends: reg, PodCertificateVersion: pcr.V1,
-			Ready: func(m, h string) { addrs <- [2]string{m, h} }})
+			AlsoLead: TrustPublisherCompanion(cfg),
+			Ready:    func(m, h string) { addrs <- [2]string{m, h} }})
 	}()
 	defer func() { stopSigner(); <-signerDone }()
 	var a [2]string
@@ -194,7 +211,11 @@ SoftHSM2 token ready
 	case err := <-signerDone:
 		return fmt.Errorf("signer: %w", err)
 	}
-	fmt.Fprintf(out, "signer running for %s: metrics http://%s/metrics, health http://%s/readyz, log %s\n", demoSigner, a[0], a[1], logFile.Name())
+	fmt.Fprintf(out, "signer running for %s with the trust publisher: metrics http://%s/metrics, health http://%s/readyz, log %s\n", demoSigner, a[0], a[1], logFile.Name())
+	if _, err := waitObserved(ctx, authorities, map[string]v1alpha1.Phase{demoGeneration: v1alpha1.PhaseActive}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "trust publisher: generation %s observed Active (bootstrap: the signer reported its key ready)\n", demoGeneration)
 
 	// Play kubelet: a pod on a node mounts a podCertificate volume; the node
 	// generates a key and asks for the pod's certificate.
@@ -212,44 +233,17 @@ SoftHSM2 token ready
 	if err != nil {
 		return err
 	}
-	subjectKey, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+	chain, err := requestPodCertificate(ctx, out, node, w)
 	if err != nil {
 		return err
 	}
-	req, err := nodehelper.NewPodCertificateRequest(nodehelper.PodRef{
-		Namespace: w.Pod.Namespace, Name: w.Pod.Name, UID: w.Pod.UID,
-		ServiceAccountName: w.ServiceAccount.Name, ServiceAccountUID: w.ServiceAccount.UID,
-		NodeName: w.Node.Name, NodeUID: w.Node.UID,
-	}, demoSigner, subjectKey, nodehelper.PodCertificateOptions{})
-	if err != nil {
-		return err
-	}
-	began := time.Now()
-	created, err := node.CertificatesV1().PodCertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("node creating PodCertificateRequest: %w", err)
-	}
-	waitCtx, cancelWait := context.WithTimeout(ctx, time.Minute)
-	defer cancelWait()
-	done, err := nodehelper.WaitForTerminal(waitCtx, node, created)
-	if err != nil {
-		return err
-	}
-	latency := time.Since(began)
-	c := done.Status.Conditions[0]
-	if c.Type != "Issued" {
-		return fmt.Errorf("PodCertificateRequest %s/%s: %s (%s): %s", done.Namespace, done.Name, c.Type, c.Reason, c.Message)
-	}
-	chain, err := signer.ParseCertificates([]byte(done.Status.CertificateChain))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\nPodCertificateRequest %s/%s for pod demo/demo-app on node demo-node: Issued in %s (create → Issued seen by the node)\n",
-		done.Namespace, done.Name, latency.Round(time.Millisecond))
-	fmt.Fprintf(out, "  notBefore %s, beginRefreshAt %s, notAfter %s\n",
-		done.Status.NotBefore.UTC().Format(time.RFC3339), done.Status.BeginRefreshAt.UTC().Format(time.RFC3339), done.Status.NotAfter.UTC().Format(time.RFC3339))
 	describeChain(out, chain)
 	fmt.Fprintln(out)
+
+	r := &demoRotation{out: out, cli: cli, authorities: authorities, node: node, events: cp.AdminClient(), workload: w, token: token}
+	if err := r.run(ctx, chain[0]); err != nil {
+		return err
+	}
 
 	if o.once {
 		fmt.Fprintln(out, "--once: stopping")
@@ -259,4 +253,47 @@ SoftHSM2 token ready
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping ...")
 	return nil
+}
+
+// requestPodCertificate plays the node: it generates a key and creates a
+// PodCertificateRequest for w's pod, waits for the signer's answer and
+// returns the issued chain, leaf first.
+func requestPodCertificate(ctx context.Context, out io.Writer, node kubernetes.Interface, w *controlplane.WorkloadObjects) ([]*x509.Certificate, error) {
+	subjectKey, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+	if err != nil {
+		return nil, err
+	}
+	req, err := nodehelper.NewPodCertificateRequest(nodehelper.PodRef{
+		Namespace: w.Pod.Namespace, Name: w.Pod.Name, UID: w.Pod.UID,
+		ServiceAccountName: w.ServiceAccount.Name, ServiceAccountUID: w.ServiceAccount.UID,
+		NodeName: w.Node.Name, NodeUID: w.Node.UID,
+	}, demoSigner, subjectKey, nodehelper.PodCertificateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	created, err := node.CertificatesV1().PodCertificateRequests(req.Namespace).Create(ctx, req, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node creating PodCertificateRequest: %w", err)
+	}
+	waitCtx, cancelWait := context.WithTimeout(ctx, time.Minute)
+	defer cancelWait()
+	done, err := nodehelper.WaitForTerminal(waitCtx, node, created)
+	if err != nil {
+		return nil, err
+	}
+	latency := time.Since(began)
+	c := done.Status.Conditions[0]
+	if c.Type != "Issued" {
+		return nil, fmt.Errorf("PodCertificateRequest %s/%s: %s (%s): %s", done.Namespace, done.Name, c.Type, c.Reason, c.Message)
+	}
+	chain, err := signer.ParseCertificates([]byte(done.Status.CertificateChain))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\nPodCertificateRequest %s/%s for pod %s/%s on node %s: Issued in %s (create → Issued seen by the node)\n",
+		done.Namespace, done.Name, w.Pod.Namespace, w.Pod.Name, w.Node.Name, latency.Round(time.Millisecond))
+	fmt.Fprintf(out, "  notBefore %s, beginRefreshAt %s, notAfter %s\n",
+		done.Status.NotBefore.UTC().Format(time.RFC3339), done.Status.BeginRefreshAt.UTC().Format(time.RFC3339), done.Status.NotAfter.UTC().Format(time.RFC3339))
+	return chain, nil
 }

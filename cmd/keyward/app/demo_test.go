@@ -10,7 +10,9 @@ import (
 )
 
 // `keyward demo --once` brings up the control plane and the token, prints how
-// to reach them, and leaves nothing behind.
+// to reach them, issues a pod certificate, runs a whole canary-then-live
+// rotation demo-1 → demo-2 through keyward's own commands (retire refused by
+// LeavesValid, then forced with an Event), and leaves nothing behind.
 func TestDemoOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver")
@@ -23,7 +25,25 @@ func TestDemoOnce(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{"control plane ready", "export KUBECONFIG=" + dir + "/admin.kubeconfig", "token label \"keyward-demo\"",
-		"CA key created in SoftHSM", ": Issued in ", "PodIdentity (1.3.6.1.4.1.57683.1, non-critical)", "issuer:    CN=keyward demo CA"} {
+		"CA key created in SoftHSM", ": Issued in ", "PodIdentity (1.3.6.1.4.1.57683.1, non-critical)", "issuer:    CN=keyward demo CA demo-1",
+		"trust publisher: generation demo-1 observed Active",
+		// The rotation: every phase reached, as status shows it.
+		"authority/demo: generation demo-2 added (desired phase Staged)", "status:  demo-1 Active, demo-2 Staged",
+		"status shows map[demo-2:Promoted]", "status shows map[demo-2:Active]",
+		"status shows map[demo-1:Retiring]", "status shows map[demo-1:Retired]",
+		// What kubelet's view of the bundles holds in the middle and at the end.
+		"status:  demo-1 Promoted, demo-2 Active\ncanary:  CN=keyward demo CA demo-1, CN=keyward demo CA demo-2\nlive:    CN=keyward demo CA demo-1, CN=keyward demo CA demo-2\n",
+		"status:  demo-1 Retired, demo-2 Active\ncanary:  CN=keyward demo CA demo-2\nlive:    CN=keyward demo CA demo-2\n",
+		// Both leaves verify against live before finish; only the new one after.
+		"issuer CN=keyward demo CA demo-2",
+		"status:  demo-1 Retiring, demo-2 Active\ncanary:  CN=keyward demo CA demo-2\nlive:    CN=keyward demo CA demo-1, CN=keyward demo CA demo-2\n" +
+			"leaf #1 (issued before activation), signed by keyward demo CA demo-1: verifies against live\n" +
+			"leaf #2 (issued after activation), signed by keyward demo CA demo-2: verifies against live\n",
+		"leaf #1 (issued before activation), signed by keyward demo CA demo-1: does NOT verify against live",
+		// Retire refused by LeavesValid, then forced and recorded.
+		"refused: demo-1 Promoted → Retiring: LeavesValid", "In production you would wait",
+		"Warning GateOverridden authority/demo", "demo: compressed rotation",
+		"total wall time"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
