@@ -453,9 +453,15 @@ func TestRotationEndToEnd(t *testing.T) {
 	}
 	t.Logf("GateOverridden Event: %s", event.Message)
 
-	// Finish: A leaves live after the canary soak.
-	if gate := r.trust("finish", "a"); gate != nil && gate.Step.Gate != kwv1alpha1.GateCanarySoak && gate.Step.Gate != kwv1alpha1.GatePropagationWindow {
-		t.Errorf("finish refused by %s, want only CanarySoak or PropagationWindow", gate.Step.Gate)
+	// Finish: LeavesValid holds it too (an override covers one step), so
+	// it is refused by that gate and forced again.
+	out, err := keyward(t, "trust", "finish", r.signer, "a")
+	var gate *app.GateError
+	if !errors.As(err, &gate) || gate.Step.Gate != kwv1alpha1.GateLeavesValid {
+		t.Fatalf("finish with A's leaves valid: got %v, want a refusal by LeavesValid\n%s", err, out)
+	}
+	if out, err := keyward(t, "trust", "finish", r.signer, "a", "--force", "--reason", reason); err != nil {
+		t.Fatalf("finish --force: %v\n%s", err, out)
 	}
 	a = r.waitPhases("A Retired", map[string]kwv1alpha1.Phase{"a": kwv1alpha1.PhaseRetired, "b": kwv1alpha1.PhaseActive})
 	mark("A Retired")

@@ -253,12 +253,22 @@ A workload's trust bundles are read as kubelet selects them, with the node's ide
 	}
 
 	r.phase("finish " + old + ": its root leaves the live bundle too")
-	if err := r.transition(ctx, "finish", old, v1alpha1.PhaseRetired, map[string]v1alpha1.Phase{old: v1alpha1.PhaseRetired}); err != nil {
+	// The canary soak and propagation window are waited out; LeavesValid
+	// holds finish too (a forced retire does not carry over), so the demo
+	// overrides it once more, on the record.
+	if err := r.waitForGates(ctx, old, v1alpha1.PhaseRetired, true); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.out, "(%s holds finish as well: an override covers one step only. Overriding it again.)\n", v1alpha1.GateLeavesValid)
+	if err := r.cli.run(ctx, "trust", "finish", demoSigner, old, "--force", "--reason", demoForceReason, "--wait", "--timeout", demoWait.String()); err != nil {
+		return err
+	}
+	if err := r.settle(ctx, map[string]v1alpha1.Phase{old: v1alpha1.PhaseRetired}); err != nil {
 		return err
 	}
 	total := time.Since(r.began)
 	fmt.Fprintf(r.out, `  %s no longer verifies, and that is correct: %s's root is in no bundle, so nothing %s signed is trusted any more.
-  In production the LeavesValid gate would have held retire until every leaf %s signed had expired, and kubelet
+  In production the LeavesValid gate would have held retire and finish until every leaf %s signed had expired, and kubelet
   replaces a pod's certificate at its beginRefreshAt, long before that: no workload would still hold leaf #1.
 `, r.leaves[0].name, old, old, old)
 
