@@ -590,9 +590,15 @@ func (s *signerGens) sync(ctx context.Context) error {
 	s.current.Store(snap)
 	if msg := describe(snap); msg != s.logged {
 		s.logged = msg
-		if snap.err != nil {
+		switch {
+		case snap.err != nil && active == "" && state == nil:
+			// The normal moment before the trust publisher's first
+			// activation (bootstrap) or a spec that asks for none yet: a
+			// state to report, not an error.
+			logger.Info("Signer name issues nothing until a generation is Active; its requests wait", "reason", snap.err.Error())
+		case snap.err != nil:
 			logger.Error(snap.err, "Signer name issues nothing; its requests wait")
-		} else {
+		default:
 			logger.Info("Issuing with CA generation", "authority", snap.object, "generation", snap.generation,
 				"key", snap.auth.Signer().URI(), "keyVersion", snap.auth.Signer().KeyVersion())
 		}
