@@ -16,14 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/cmd/keyward/app"
 	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/cacert"
 	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/internal/kmstest"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -317,17 +315,8 @@ func TestCAInitWithKMSKeys(t *testing.T) {
 	ctx := testContext(t)
 	installAuthorityCRD(t, ctx)
 	c := authorityClient(t)
-	gcp, err := gcpkmsfake.Start(gcpkmsfake.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gcp.Close()
-	cryptoKey := "projects/keyward/locations/global/keyRings/ca/cryptoKeys/" + uniqueName(t, "k")
-	if err := gcp.AddCryptoKey(cryptoKey, kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256); err != nil {
-		t.Fatal(err)
-	}
-	awsKMS := awskmsfake.Start(awskmsfake.Options{})
-	defer awsKMS.Close()
+	fakes := startKMSFakes(t)
+	gcp, cryptoKey, awsKMS := fakes.gcp, fakes.cryptoKey, fakes.aws
 	// awskms reads credentials the SDK's default way: the environment.
 	kmstest.AWSEnv(t, awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey)
 

@@ -5,10 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/kms/apiv1/kmspb"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/signer/config"
@@ -18,21 +14,10 @@ import (
 // certificates from a CA key held in Cloud KMS or AWS KMS: the in-process
 // fakes, reached through the real Google and AWS clients.
 func TestKMSHeldCAKeysIssue(t *testing.T) {
-	gcp, err := gcpkmsfake.Start(gcpkmsfake.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gcp.Close()
-	cryptoKey := "projects/keyward/locations/global/keyRings/ca/cryptoKeys/" + uniqueName(t, "k")
-	if err := gcp.AddCryptoKey(cryptoKey, kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256); err != nil {
-		t.Fatal(err)
-	}
-	awsKMS := awskmsfake.Start(awskmsfake.Options{})
-	defer awsKMS.Close()
+	fakes := startKMSFakes(t)
+	gcp, cryptoKey, awsKMS := fakes.gcp, fakes.cryptoKey, fakes.aws
 
-	var opts all.Options
-	opts.GCPKMS.ClientOptions = gcp.ClientOptions()
-	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
+	opts := fakes.opts
 	signs := map[string]func() int{
 		"gcpkms": func() int { return gcp.Calls(gcpkmsfake.AsymmetricSign) },
 		"awskms": func() int { return awsKMS.Calls(awskmsfake.Sign) },

@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/kms/apiv1/kmspb"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/cmd/keyward/app"
@@ -601,22 +598,11 @@ func TestRotationSwitchesBothReplicasOffTheOldKey(t *testing.T) {
 // with the KMS key a leaf that verifies to the new root in the live
 // bundle kubelet selects.
 func TestRotationToAKMSKey(t *testing.T) {
-	gcp, err := gcpkmsfake.Start(gcpkmsfake.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gcp.Close()
-	cryptoKey := "projects/keyward/locations/global/keyRings/ca/cryptoKeys/" + uniqueName(t, "k")
-	if err := gcp.AddCryptoKey(cryptoKey, kmspb.CryptoKeyVersion_EC_SIGN_P256_SHA256); err != nil {
-		t.Fatal(err)
-	}
-	awsKMS := awskmsfake.Start(awskmsfake.Options{})
-	defer awsKMS.Close()
+	fakes := startKMSFakes(t)
+	gcp, cryptoKey, awsKMS := fakes.gcp, fakes.cryptoKey, fakes.aws
 	// ca init reads AWS credentials the SDK's default way: the environment.
 	kmstest.AWSEnv(t, awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey)
-	var opts all.Options
-	opts.GCPKMS.ClientOptions = gcp.ClientOptions()
-	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
+	opts := fakes.opts
 
 	for _, tc := range []struct {
 		name, uri string

@@ -12,13 +12,13 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/keyward/keyward/signer/authority"
 	"io"
 	"math/big"
 	"slices"
@@ -220,7 +220,7 @@ func SelfSign(ctx context.Context, signer backends.Signer, o Options) (*x509.Cer
 	if err != nil {
 		return nil, err
 	}
-	skid, err := SubjectKeyID(signer.Public())
+	skid, err := authority.SubjectKeyID(signer.Public())
 	if err != nil {
 		return nil, err
 	}
@@ -496,24 +496,6 @@ func EncodePEM(certs ...*x509.Certificate) string {
 		b.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}))
 	}
 	return b.String()
-}
-
-// SubjectKeyID is RFC 7093 method 1: the leftmost 160 bits of the SHA-256
-// of the subjectPublicKey BIT STRING's value.
-func SubjectKeyID(pub crypto.PublicKey) ([]byte, error) {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, fmt.Errorf("computing subject key id: %w", err)
-	}
-	var spki struct {
-		Algorithm pkix.AlgorithmIdentifier
-		PublicKey asn1.BitString
-	}
-	if _, err := asn1.Unmarshal(der, &spki); err != nil {
-		return nil, fmt.Errorf("computing subject key id: %w", err)
-	}
-	sum := sha256.Sum256(spki.PublicKey.Bytes)
-	return sum[:20], nil
 }
 
 func randomSerial() (*big.Int, error) {

@@ -39,7 +39,7 @@ func SelfSignRoot(ctx context.Context, signer backends.Signer, o RootOptions) (*
 		return nil, err
 	}
 	notBefore := now().Add(-time.Hour).Truncate(time.Second)
-	skid, err := subjectKeyID(signer.Public())
+	skid, err := SubjectKeyID(signer.Public())
 	if err != nil {
 		return nil, err
 	}
@@ -66,11 +66,11 @@ func SelfSignRoot(ctx context.Context, signer backends.Signer, o RootOptions) (*
 	return x509.ParseCertificate(der)
 }
 
-// subjectKeyID is RFC 7093 method 1: the leftmost 160 bits of the SHA-256
+// SubjectKeyID is RFC 7093 method 1: the leftmost 160 bits of the SHA-256
 // of the subjectPublicKey BIT STRING's value (no tag, length or unused-bits
 // byte). RFC 5280's own method 1 is the same with SHA-1; a key id is only
 // matched, never recomputed, by verifiers, so either serves.
-func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
+func SubjectKeyID(pub crypto.PublicKey) ([]byte, error) {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
 		return nil, fmt.Errorf("computing subject key id: %w", err)
