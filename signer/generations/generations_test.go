@@ -349,3 +349,88 @@ func TestKeyCheckIsWrittenWhenItChanges(t *testing.T) {
 		t.Fatalf("keyCheck = %+v, want not ready, naming certificate b and key %s", kc, a.uri)
 	}
 }
+
+// A generation removed from spec (after Retired) keeps, in status, only
+// the signer's lastIssuedNotAfter: the trust publisher has dropped its
+// fields. The signer must not apply that entry again, or it stays forever
+// (server-side apply keeps a list item some manager still owns) and one
+// orphan per rotation fills status.generations up to its 8 items, after
+// which every status write — reservations included — is refused.
+func TestRemovedGenerationIsNotWrittenBack(t *testing.T) {
+	b := newTestCA(t, "b")
+	obj := authorityFor("unit", gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	old := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	obj.Status.Generations = append(obj.Status.Generations, v1alpha1.GenerationStatus{Name: "a", LastIssuedNotAfter: &old})
+	h := start(t, obj)
+	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
+	h.lead(t)
+	eventually(t, "keyCheck written", func() bool { return h.writer.count() == 1 })
+	if err := h.m.Issuer(signerName).Reserve(context.Background(), "b", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	h.writer.mu.Lock()
+	body := h.writer.last["generations"].([]map[string]any)
+	h.writer.mu.Unlock()
+	for _, e := range body {
+		if e["name"] == "a" {
+			t.Fatalf("status apply %v carries generation a, which spec no longer lists", body)
+		}
+	}
+}
+
+// A generation name used again after the old generation was removed from
+// spec starts without a reservation: a replica that saw the old
+// generation's lastIssuedNotAfter, then takes over the lead, records the
+// new generation's first leaf instead of taking it as covered.
+func TestReusedGenerationNameReservesAgain(t *testing.T) {
+	a, a2, b := newTestCA(t, "a"), newTestCA(t, "a2"), newTestCA(t, "b")
+	first := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	old := metav1.NewTime(time.Now().Add(2 * time.Hour).Truncate(time.Second))
+	first.Status.Generations[0].LastIssuedNotAfter = &old // the other replica's reservation
+	h := start(t, first)
+	eventually(t, "generation a issuing", func() bool { return h.issuing() == "a" })
+	iss := h.m.Issuer(signerName)
+
+	// a retired and removed from spec (its status entry gone), b Active;
+	// then a new generation named a again becomes Active, and the other
+	// replica (still leading) has reported its key: status has no
+	// reservation for it.
+	gone := authorityFor("unit", gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	gone.ResourceVersion = "2"
+	h.watch.Modify(gone)
+	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
+	reused := authorityFor("unit", gen{"b", b, v1alpha1.PhasePromoted, v1alpha1.PhasePromoted}, gen{"a", a2, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	reused.ResourceVersion = "3"
+	h.watch.Modify(reused)
+	var auth *authority.Authority
+	eventually(t, "the new generation a issuing", func() bool {
+		x, g, err := iss.Current()
+		auth = x
+		return err == nil && g == "a" && x.Signer().Fingerprint() == a2.fp
+	})
+	reported := reused.DeepCopy()
+	reported.ResourceVersion = "4"
+	for _, k := range h.m.Keys() {
+		for j := range reported.Status.Generations {
+			g := &reported.Status.Generations[j]
+			if (g.Name == "a") == (k.Fingerprint() == auth.Signer().Fingerprint()) {
+				g.KeyCheck = &v1alpha1.KeyCheck{Ready: true, KeyVersion: k.KeyVersion()}
+			}
+		}
+	}
+	h.watch.Modify(reported)
+	eventually(t, "the reported keyCheck cached", func() bool {
+		obj, ok, _ := h.m.opts.Informer.GetIndexer().GetByKey("unit")
+		return ok && obj.(*v1alpha1.Authority).ResourceVersion == "4"
+	})
+
+	h.lead(t)
+	before := h.writer.count()
+	want := time.Now().Add(30 * time.Minute)
+	if err := iss.Reserve(context.Background(), "a", want); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if h.writer.count() == before {
+		t.Fatal("Reserve for the new generation a returned nil and wrote nothing: status records no lastIssuedNotAfter for it, so its leaf outlives every reservation")
+	}
+}
