@@ -438,8 +438,11 @@ func (s *signerGens) write(ctx context.Context, raise map[string]time.Time) erro
 	return nil
 }
 
-// statusLocked builds the signer's status generations for a, in the order
-// of spec then status. s.mu is held.
+// statusLocked builds the signer's status generations for a, in spec
+// order. A generation gone from spec is left out: applying it again would
+// keep its status entry alive forever (the trust publisher has dropped
+// its fields), one more per rotation, until status.generations is full.
+// s.mu is held.
 func (s *signerGens) statusLocked(a *v1alpha1.Authority, raise map[string]time.Time) ([]map[string]any, map[string]v1alpha1.KeyCheck) {
 	var names []string
 	for _, g := range a.Spec.Generations {
@@ -448,9 +451,6 @@ func (s *signerGens) statusLocked(a *v1alpha1.Authority, raise map[string]time.T
 	cached := map[string]v1alpha1.GenerationStatus{}
 	for _, g := range a.Status.Generations {
 		cached[g.Name] = g
-		if !slices.Contains(names, g.Name) {
-			names = append(names, g.Name)
-		}
 	}
 	var out []map[string]any
 	checks := map[string]v1alpha1.KeyCheck{}
@@ -606,8 +606,19 @@ func (s *signerGens) sync(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	if a != nil {
+		// What was reserved for a generation gone from spec must not
+		// count for a new generation given the same name later.
+		inSpec := map[string]bool{}
+		for _, g := range a.Spec.Generations {
+			inSpec[g.Name] = true
+		}
+		for n := range s.reserved {
+			if !inSpec[n] {
+				delete(s.reserved, n)
+			}
+		}
 		for _, g := range a.Status.Generations {
-			if g.LastIssuedNotAfter != nil && g.LastIssuedNotAfter.After(s.reserved[g.Name]) {
+			if inSpec[g.Name] && g.LastIssuedNotAfter != nil && g.LastIssuedNotAfter.After(s.reserved[g.Name]) {
 				s.reserved[g.Name] = g.LastIssuedNotAfter.Time
 			}
 		}
