@@ -11,17 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 const signerName = "keyward.dev/unit"
@@ -90,6 +94,12 @@ type harness struct {
 
 func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 	t.Helper()
+	return startWith(t, context.Background(), objs...)
+}
+
+// startWith runs the Manager with ctx (e.g. carrying a logger).
+func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) *harness {
+	t.Helper()
 	h := &harness{watch: watch.NewFake(), writer: &recordingWriter{}}
 	lw := &cache.ListWatch{
 		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
@@ -117,7 +127,7 @@ func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 		t.Fatal(err)
 	}
 	h.m = m
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(base)
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.Run(ctx.Done()) })
 	wg.Go(func() { _ = m.Run(ctx) })
@@ -432,5 +442,52 @@ func TestReusedGenerationNameReservesAgain(t *testing.T) {
 	}
 	if h.writer.count() == before {
 		t.Fatal("Reserve for the new generation a returned nil and wrote nothing: status records no lastIssuedNotAfter for it, so its leaf outlives every reservation")
+	}
+}
+
+// defaultLog collects what is logged at default verbosity.
+type defaultLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *defaultLog) context() context.Context {
+	logger := funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{Verbosity: 0})
+	return klog.NewContext(context.Background(), logger)
+}
+
+func (l *defaultLog) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// A leader that may not write the Authority's status (RBAC without
+// authorities/status patch) says so at default verbosity, once, naming the
+// apiserver's refusal: without its keyCheck the trust publisher never
+// activates a generation, and the only other line says "the trust
+// publisher activates one".
+func TestRefusedStatusWriteIsLoggedOnce(t *testing.T) {
+	a := newTestCA(t, "a")
+	var log defaultLog
+	h := startWith(t, log.context(), authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseStaged}))
+	eventually(t, "generation a's key checked", func() bool { return len(h.m.Keys()) == 1 })
+	h.writer.mu.Lock()
+	h.writer.fail = apierrors.NewForbidden(schema.GroupResource{Group: "keyward.dev", Resource: "authorities/status"}, "unit", errors.New("RBAC: access denied"))
+	h.writer.mu.Unlock()
+	h.lead(t)
+	eventually(t, "three refused writes", func() bool { return h.writer.count() >= 3 })
+	if n := log.count("authorities/status"); n != 1 {
+		t.Fatalf("the refused status write is logged %d times at default verbosity, want once; log:\n%s", n, strings.Join(log.lines, "\n"))
 	}
 }
