@@ -335,8 +335,9 @@ type signerGens struct {
 	// readers (Keys).
 	keysMu sync.Mutex
 	keys   map[string]*genKey
-	// logged is the last state logged at default verbosity.
-	logged string
+	// logged is the last state logged at default verbosity; writeLogged
+	// the last status write failure logged so.
+	logged, writeLogged string
 
 	// mu guards reserved, flights and checks.
 	mu       sync.Mutex
@@ -601,7 +602,16 @@ func (s *signerGens) sync(ctx context.Context) error {
 	s.updateChecks(ctx, a, keep)
 	if a != nil && s.m.leading.Load() {
 		if err := s.writeChecks(ctx, a); err != nil {
+			// Logged once per change here (the retry logs at V(2) only):
+			// without keyCheck nothing becomes Active, and the other line
+			// at default verbosity blames the trust publisher.
+			if msg := err.Error(); msg != s.writeLogged {
+				s.writeLogged = msg
+				logger.Error(err, "Cannot write the signer's status fields of the Authority (keyCheck, lastIssuedNotAfter): no generation can be activated and no reservation recorded until it can; check the signer's RBAC for authorities/status patch", "authority", a.Name)
+			}
 			retry = append(retry, err)
+		} else {
+			s.writeLogged = ""
 		}
 	}
 	s.mu.Lock()
