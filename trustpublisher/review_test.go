@@ -1,0 +1,48 @@
+package trustpublisher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+)
+
+// `keyward trust activate --force` writes an override for both the new
+// generation (Active) and the current one (Promoted). When a gate no
+// override skips holds the new one (its certificate starts later, its key
+// is not ready), the current generation must stay Active: leaving Active
+// without a successor is for the emergency path (the old root pulled),
+// not for a hurried activation, or the signer issues nothing meanwhile.
+func TestForcedActivationHeldKeepsTheActiveGeneration(t *testing.T) {
+	old := rootCA(t, "old root")
+	const soak, window = time.Hour, 5 * time.Minute
+	cases := []struct {
+		name string
+		f    *fixture
+	}{{
+		name: "the new certificate starts in an hour",
+		f: newFixture(soak, window).gen("a", old, v1alpha1.PhasePromoted, v1alpha1.PhaseActive, t0.Add(-48*time.Hour)).keyReady("a").
+			gen("b", newCA(t, "future", nil, t0.Add(time.Hour), t0.Add(48*time.Hour)), v1alpha1.PhaseActive, v1alpha1.PhasePromoted, t0.Add(-time.Minute)).keyReady("b").
+			published(t0.Add(-time.Minute)).
+			override("hurry", map[string]v1alpha1.Phase{"a": v1alpha1.PhasePromoted, "b": v1alpha1.PhaseActive}),
+	}, {
+		name: "the new key is not ready",
+		f: newFixture(soak, window).gen("a", old, v1alpha1.PhasePromoted, v1alpha1.PhaseActive, t0.Add(-48*time.Hour)).keyReady("a").
+			gen("b", rootCA(t, "new root"), v1alpha1.PhaseActive, v1alpha1.PhasePromoted, t0.Add(-time.Minute)).
+			published(t0.Add(-time.Minute)).
+			override("hurry", map[string]v1alpha1.Phase{"a": v1alpha1.PhasePromoted, "b": v1alpha1.PhaseActive}),
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Evaluate(tc.f.a, t0)
+			b, _ := plan.Step("b")
+			if b.Next == v1alpha1.PhaseActive {
+				t.Fatalf("b moves to Active (%+v); the case is meant to hold it", b)
+			}
+			a, _ := plan.Step("a")
+			if a.Next != v1alpha1.PhaseActive {
+				t.Fatalf("a: next %q forced %v while b is held by %s: no generation would be Active, the signer issues nothing", a.Next, a.Forced, b.Gate)
+			}
+		})
+	}
+}
