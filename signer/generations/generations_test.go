@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -90,7 +91,12 @@ type harness struct {
 	watch  *watch.FakeWatcher
 	writer *recordingWriter
 	opened atomic.Int32
+	// pinRefused counts opens of a refusedPIN URI.
+	pinRefused atomic.Int32
 }
+
+// refusedPIN starts a key URI whose token refuses the PIN.
+const refusedPIN = "pkcs11:token=wrong-pin"
 
 func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 	t.Helper()
@@ -121,6 +127,12 @@ func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) 
 	m, err := New(Options{Writer: h.writer, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
 		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
 			h.opened.Add(1)
+			if strings.HasPrefix(uri, refusedPIN) {
+				// What the pkcs11 backend returns when the token refuses
+				// the PIN (each attempt counts toward the token's lockout).
+				h.pinRefused.Add(1)
+				return nil, backends.Errorf(backends.ErrPermanent, "open", uri, "pin-source", "PIN incorrect: the token refused the PIN from this pin-source")
+			}
 			return reg.Open(ctx, backends.OpenRequest{URI: uri})
 		}})
 	if err != nil {
@@ -490,4 +502,37 @@ func TestRefusedStatusWriteIsLoggedOnce(t *testing.T) {
 	if n := log.count("authorities/status"); n != 1 {
 		t.Fatalf("the refused status write is logged %d times at default verbosity, want once; log:\n%s", n, strings.Join(log.lines, "\n"))
 	}
+}
+
+// A key whose token refused the PIN is not opened again by itself: each
+// attempt is a failed login the HSM counts toward locking the PIN (often
+// after 3 to 10), and every Authority event used to retry it. It is
+// opened again when the generation's key URI changes.
+func TestRefusedPINIsNotRetried(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	bad := testCA{uri: refusedPIN + ";object=b?pin-source=file:/etc/pin", pem: b.pem}
+	obj := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", bad, v1alpha1.PhaseStaged, ""})
+	h := start(t, obj)
+	eventually(t, "b's key tried", func() bool { return h.pinRefused.Load() >= 1 })
+	// Events that change nothing about b (the trust publisher's and the
+	// signer's own status writes), then one the test can wait for.
+	for i := range 5 {
+		again := obj.DeepCopy()
+		again.ResourceVersion = fmt.Sprint(10 + i)
+		h.watch.Modify(again)
+	}
+	c := newTestCA(t, "c")
+	more := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", bad, v1alpha1.PhaseStaged, ""}, gen{"c", c, v1alpha1.PhaseStaged, ""})
+	more.ResourceVersion = "20"
+	h.watch.Modify(more)
+	eventually(t, "c's key open", func() bool { return len(h.m.Keys()) == 2 })
+	if n := h.pinRefused.Load(); n != 1 {
+		t.Fatalf("the refused PIN was tried %d times, want once", n)
+	}
+	// A new key URI is a new attempt.
+	fixed := more.DeepCopy()
+	fixed.ResourceVersion = "21"
+	fixed.Spec.Generations[1].KeyURI = refusedPIN + ";object=b?pin-source=file:/etc/other-pin"
+	h.watch.Modify(fixed)
+	eventually(t, "the new key URI tried", func() bool { return h.pinRefused.Load() == 2 })
 }
