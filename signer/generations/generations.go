@@ -312,8 +312,11 @@ type snapshot struct {
 type genKey struct {
 	keyURI, certPEM, chainPEM string
 	key                       backends.Signer // nil: opening failed
-	auth                      *authority.Authority
-	check                     v1alpha1.KeyCheck // without Time
+	// noRetry: opening failed on the PIN; not tried again with this key
+	// URI (a refused PIN counts toward the token's lockout).
+	noRetry bool
+	auth    *authority.Authority
+	check   v1alpha1.KeyCheck // without Time
 }
 
 // flight is one reservation write under way; waiters read err after done.
@@ -555,9 +558,11 @@ func (s *signerGens) sync(ctx context.Context) error {
 	var retry []error
 	for _, g := range specOrder(a, keep) {
 		k := s.keys[g.Name]
-		if k == nil || k.key == nil {
+		if k != nil && k.key == nil && k.noRetry {
+			// Kept as it is until the key URI changes (dropped above).
+		} else if k == nil || k.key == nil {
 			k = s.open(ctx, g)
-			if k.key == nil {
+			if k.key == nil && !k.noRetry {
 				retry = append(retry, errors.New(k.check.Message))
 			}
 		} else if k.certPEM != g.CertificatePEM || k.chainPEM != g.ChainPEM {
@@ -666,7 +671,15 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 	defer cancel()
 	key, err := s.m.opts.Open(octx, g.KeyURI)
 	if err != nil {
-		k.check = v1alpha1.KeyCheck{Message: truncate(fmt.Sprintf("opening key %s: %v", uri.RedactURI(g.KeyURI), err))}
+		msg := fmt.Sprintf("opening key %s: %v", uri.RedactURI(g.KeyURI), err)
+		var be *backends.Error
+		if errors.As(err, &be) && errors.Is(err, backends.ErrPermanent) && be.Part == "pin-source" {
+			// Every retry would be one more failed login, and HSMs lock
+			// the PIN after a few.
+			k.noRetry = true
+			msg = "not retried (a refused PIN counts toward the token's lockout): fix the pin-source, then restart the signer or change the key URI: " + msg
+		}
+		k.check = v1alpha1.KeyCheck{Message: truncate(msg)}
 		return k
 	}
 	k.key = key
