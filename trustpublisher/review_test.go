@@ -46,3 +46,32 @@ func TestForcedActivationHeldKeepsTheActiveGeneration(t *testing.T) {
 		})
 	}
 }
+
+// A generation status shows Staged without `since` (written by hand, or
+// by another tool) soaks from when the controller first sees it: the gate
+// must open at a fixed time. Counting from "now" on every sync never ends
+// the soak and changes gateOpensAt on every sync — a status write per
+// second, each one waking the controller again.
+func TestSoakWithoutSinceCountsFromFirstSight(t *testing.T) {
+	old, next := rootCA(t, "old root"), rootCA(t, "new root")
+	const soak, window = time.Hour, 5 * time.Minute
+	f := newFixture(soak, window).gen("a", old, v1alpha1.PhaseActive, v1alpha1.PhaseActive, t0.Add(-48*time.Hour)).keyReady("a").
+		gen("b", next, v1alpha1.PhasePromoted, v1alpha1.PhaseStaged, t0).published(t0.Add(-48 * time.Hour))
+	f.status("b").Since = nil
+	a := f.a
+	var first *time.Time
+	for i := range 3 {
+		now := t0.Add(time.Duration(i) * 10 * time.Second)
+		plan := Evaluate(a, now)
+		s, _ := plan.Step("b")
+		if s.Gate != v1alpha1.GateCanarySoak || s.OpensAt == nil {
+			t.Fatalf("sync %d: b held by %q (%s), want CanarySoak", i, s.Gate, s.Message)
+		}
+		if first == nil {
+			first = s.OpensAt
+		} else if !s.OpensAt.Equal(*first) {
+			t.Fatalf("sync %d: the soak opens at %s, at the first sync it opened at %s: it moves with the clock", i, s.OpensAt, first)
+		}
+		a = plan.Apply(a, now)
+	}
+}
