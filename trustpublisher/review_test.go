@@ -75,3 +75,26 @@ func TestSoakWithoutSinceCountsFromFirstSight(t *testing.T) {
 		a = plan.Apply(a, now)
 	}
 }
+
+// An edit that breaks the certificatePEM or chainPEM of a generation
+// already in the bundles (a typo, an issuer that is not a CA) must not
+// republish the bundles without its root: every leaf it signed would stop
+// verifying. The bundles stay as published and the status says why.
+func TestBrokenCertificateOfAPublishedGenerationKeepsItsRoot(t *testing.T) {
+	a, old, _ := bootstrapped(t)
+	h := newHarness(t, a)
+	h.settle()
+	if h.bundle("live") != old.pem {
+		t.Fatalf("live bundle %q, want the old root", h.bundle("live"))
+	}
+	broken := h.authority()
+	broken.Spec.Generations[0].ChainPEM = "-----BEGIN CERTIFICATE-----\nTUlJQg==\n-----END CERTIFICATE-----\n"
+	broken.Generation++
+	if err := h.w.store.Update(broken); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.sync()
+	if h.bundle("live") != old.pem || h.bundle("canary") != old.pem {
+		t.Fatalf("after the Active generation's chainPEM broke: canary=%q live=%q, want the old root kept in both", h.bundle("canary"), h.bundle("live"))
+	}
+}
