@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // `keyward trust activate --force` writes an override for both the new
@@ -96,5 +98,9 @@ func TestBrokenCertificateOfAPublishedGenerationKeepsItsRoot(t *testing.T) {
 	_ = h.sync()
 	if h.bundle("live") != old.pem || h.bundle("canary") != old.pem {
 		t.Fatalf("after the Active generation's chainPEM broke: canary=%q live=%q, want the old root kept in both", h.bundle("canary"), h.bundle("live"))
+	}
+	c := meta.FindStatusCondition(h.authority().Status.Conditions, v1alpha1.ConditionBundlesPublished)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.GateInvalidCertificate {
+		t.Fatalf("BundlesPublished = %+v, want False with reason %s", c, v1alpha1.GateInvalidCertificate)
 	}
 }
