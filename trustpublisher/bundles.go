@@ -200,6 +200,9 @@ func (c *Controller) recordFailure(ctx context.Context, a *v1alpha1.Authority, r
 // condition. A 403 is asked back of the apiserver: is it the `attest`
 // grant on the signer name, or the ClusterTrustBundle write itself?
 func (c *Controller) classify(ctx context.Context, signer string, err error) publishFailure {
+	if errors.Is(err, errInvalidMember) {
+		return publishFailure{reason: v1alpha1.GateInvalidCertificate, message: err.Error(), err: err}
+	}
 	if !apierrors.IsForbidden(err) {
 		return publishFailure{reason: ReasonWriteFailed, message: err.Error(), err: err}
 	}

@@ -56,15 +56,21 @@ func Evaluate(a *v1alpha1.Authority, now time.Time) Plan {
 	if active != "" {
 		i := stepIndex(plan, active)
 		s := &plan.Steps[i]
-		// A forced step leaves Active even without a successor: in an
-		// emergency, issuing nothing beats issuing with a compromised key.
-		if s.Desired != v1alpha1.PhaseActive && !s.Forced {
-			succ := -1
-			for j, t := range plan.Steps {
-				if j != i && t.Desired == v1alpha1.PhaseActive {
-					succ = j
-				}
+		succ := -1
+		for j, t := range plan.Steps {
+			if j != i && t.Desired == v1alpha1.PhaseActive {
+				succ = j
 			}
+		}
+		// A forced step leaves Active even without a successor when it
+		// pulls the root or no successor is asked for: in an emergency,
+		// issuing nothing beats issuing with a compromised key. A forced
+		// hand-over to Promoted (trust activate --force) still waits for
+		// the successor, or nothing would issue while a gate no override
+		// skips holds it.
+		emergency := s.Forced && (succ < 0 || s.Desired == v1alpha1.PhaseRetiring || s.Desired == v1alpha1.PhaseRetired)
+		if s.Desired != v1alpha1.PhaseActive && !emergency {
+			s.Next, s.Forced = s.Observed, false
 			switch {
 			case succ >= 0 && plan.Steps[succ].Next == v1alpha1.PhaseActive:
 				s.Next, s.Gate, s.Message, s.OpensAt = v1alpha1.PhasePromoted, "", "", nil

@@ -92,6 +92,11 @@ func (p Plan) Apply(a *v1alpha1.Authority, now time.Time) *v1alpha1.Authority {
 			g.Phase = s.Next
 			g.Since = t.DeepCopy()
 			g.ReadyPodsAtSoakStart = nil
+		} else if g.Phase != "" && g.Since == nil {
+			// A phase written without since (by hand, or another tool)
+			// counts from now on, once: a soak counted from "now" at
+			// every sync would never end.
+			g.Since = t.DeepCopy()
 		}
 		g.Gate = s.Gate
 		g.GateOpensAt = nil

@@ -2,6 +2,7 @@ package trustpublisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -173,8 +174,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	c.reportOverride(ctx, a, plan, now)
 
-	// Then the bundles.
-	published := c.publish(ctx, a, desired)
+	// Then the bundles, unless a generation they must hold has
+	// certificates that no longer parse: publishing without its root
+	// would break every leaf it signed. They stay as they are.
+	var published []publishResult
+	if err := unparsableMember(next); err != nil {
+		published = make([]publishResult, len(desired))
+		for i := range published {
+			published[i].err = err
+		}
+	} else {
+		published = c.publish(ctx, a, desired)
+	}
 	fail = c.recordFailure(ctx, a, published)
 	for i := range desired {
 		desired[i].status = bundleStatusAfter(desired[i].status, published[i].err == nil, now)
@@ -203,6 +214,26 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	if d, ok := requeueAfter(plan, healthEvery, now); ok {
 		c.queue.AddAfter(name, d)
+	}
+	return nil
+}
+
+// errInvalidMember is matched by the error of a bundle left as it is
+// because a generation in it has certificates that do not parse.
+var errInvalidMember = errors.New("a generation in the bundle has unusable certificates")
+
+// unparsableMember returns an error naming the first generation whose
+// observed phase puts it in a bundle and whose certificates do not parse.
+func unparsableMember(a *v1alpha1.Authority) error {
+	observed := observedPhases(a)
+	for _, g := range a.Spec.Generations {
+		p := observed[g.Name]
+		if !InCanary(p) && !InLive(p) {
+			continue
+		}
+		if _, err := parseGeneration(g); err != nil {
+			return fmt.Errorf("%w: generation %s (%s) would leave the bundles, which are kept as published until it is fixed: %w", errInvalidMember, g.Name, p, err)
+		}
 	}
 	return nil
 }

@@ -312,8 +312,11 @@ type snapshot struct {
 type genKey struct {
 	keyURI, certPEM, chainPEM string
 	key                       backends.Signer // nil: opening failed
-	auth                      *authority.Authority
-	check                     v1alpha1.KeyCheck // without Time
+	// noRetry: opening failed on the PIN; not tried again with this key
+	// URI (a refused PIN counts toward the token's lockout).
+	noRetry bool
+	auth    *authority.Authority
+	check   v1alpha1.KeyCheck // without Time
 }
 
 // flight is one reservation write under way; waiters read err after done.
@@ -335,8 +338,9 @@ type signerGens struct {
 	// readers (Keys).
 	keysMu sync.Mutex
 	keys   map[string]*genKey
-	// logged is the last state logged at default verbosity.
-	logged string
+	// logged is the last state logged at default verbosity; writeLogged
+	// the last status write failure logged so.
+	logged, writeLogged string
 
 	// mu guards reserved, flights and checks.
 	mu       sync.Mutex
@@ -438,8 +442,11 @@ func (s *signerGens) write(ctx context.Context, raise map[string]time.Time) erro
 	return nil
 }
 
-// statusLocked builds the signer's status generations for a, in the order
-// of spec then status. s.mu is held.
+// statusLocked builds the signer's status generations for a, in spec
+// order. A generation gone from spec is left out: applying it again would
+// keep its status entry alive forever (the trust publisher has dropped
+// its fields), one more per rotation, until status.generations is full.
+// s.mu is held.
 func (s *signerGens) statusLocked(a *v1alpha1.Authority, raise map[string]time.Time) ([]map[string]any, map[string]v1alpha1.KeyCheck) {
 	var names []string
 	for _, g := range a.Spec.Generations {
@@ -448,9 +455,6 @@ func (s *signerGens) statusLocked(a *v1alpha1.Authority, raise map[string]time.T
 	cached := map[string]v1alpha1.GenerationStatus{}
 	for _, g := range a.Status.Generations {
 		cached[g.Name] = g
-		if !slices.Contains(names, g.Name) {
-			names = append(names, g.Name)
-		}
 	}
 	var out []map[string]any
 	checks := map[string]v1alpha1.KeyCheck{}
@@ -554,9 +558,11 @@ func (s *signerGens) sync(ctx context.Context) error {
 	var retry []error
 	for _, g := range specOrder(a, keep) {
 		k := s.keys[g.Name]
-		if k == nil || k.key == nil {
+		if k != nil && k.key == nil && k.noRetry {
+			// Kept as it is until the key URI changes (dropped above).
+		} else if k == nil || k.key == nil {
 			k = s.open(ctx, g)
-			if k.key == nil {
+			if k.key == nil && !k.noRetry {
 				retry = append(retry, errors.New(k.check.Message))
 			}
 		} else if k.certPEM != g.CertificatePEM || k.chainPEM != g.ChainPEM {
@@ -607,13 +613,33 @@ func (s *signerGens) sync(ctx context.Context) error {
 	s.updateChecks(ctx, a, keep)
 	if a != nil && s.m.leading.Load() {
 		if err := s.writeChecks(ctx, a); err != nil {
+			// Logged once per change here (the retry logs at V(2) only):
+			// without keyCheck nothing becomes Active, and the other line
+			// at default verbosity blames the trust publisher.
+			if msg := err.Error(); msg != s.writeLogged {
+				s.writeLogged = msg
+				logger.Error(err, "Cannot write the signer's status fields of the Authority (keyCheck, lastIssuedNotAfter): no generation can be activated and no reservation recorded until it can; check the signer's RBAC for authorities/status patch", "authority", a.Name)
+			}
 			retry = append(retry, err)
+		} else {
+			s.writeLogged = ""
 		}
 	}
 	s.mu.Lock()
 	if a != nil {
+		// What was reserved for a generation gone from spec must not
+		// count for a new generation given the same name later.
+		inSpec := map[string]bool{}
+		for _, g := range a.Spec.Generations {
+			inSpec[g.Name] = true
+		}
+		for n := range s.reserved {
+			if !inSpec[n] {
+				delete(s.reserved, n)
+			}
+		}
 		for _, g := range a.Status.Generations {
-			if g.LastIssuedNotAfter != nil && g.LastIssuedNotAfter.After(s.reserved[g.Name]) {
+			if inSpec[g.Name] && g.LastIssuedNotAfter != nil && g.LastIssuedNotAfter.After(s.reserved[g.Name]) {
 				s.reserved[g.Name] = g.LastIssuedNotAfter.Time
 			}
 		}
@@ -651,7 +677,15 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 	defer cancel()
 	key, err := s.m.opts.Open(octx, g.KeyURI)
 	if err != nil {
-		k.check = v1alpha1.KeyCheck{Message: truncate(fmt.Sprintf("opening key %s: %v", uri.RedactURI(g.KeyURI), err))}
+		msg := fmt.Sprintf("opening key %s: %v", uri.RedactURI(g.KeyURI), err)
+		var be *backends.Error
+		if errors.As(err, &be) && errors.Is(err, backends.ErrPermanent) && be.Part == "pin-source" {
+			// Every retry would be one more failed login, and HSMs lock
+			// the PIN after a few.
+			k.noRetry = true
+			msg = "not retried (a refused PIN counts toward the token's lockout): fix the pin-source, then restart the signer or change the key URI: " + msg
+		}
+		k.check = v1alpha1.KeyCheck{Message: truncate(msg)}
 		return k
 	}
 	k.key = key

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,17 +12,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 const signerName = "keyward.dev/unit"
@@ -86,9 +91,20 @@ type harness struct {
 	watch  *watch.FakeWatcher
 	writer *recordingWriter
 	opened atomic.Int32
+	// pinRefused counts opens of a refusedPIN URI.
+	pinRefused atomic.Int32
 }
 
+// refusedPIN starts a key URI whose token refuses the PIN.
+const refusedPIN = "pkcs11:token=wrong-pin"
+
 func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
+	t.Helper()
+	return startWith(t, context.Background(), objs...)
+}
+
+// startWith runs the Manager with ctx (e.g. carrying a logger).
+func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) *harness {
 	t.Helper()
 	h := &harness{watch: watch.NewFake(), writer: &recordingWriter{}}
 	lw := &cache.ListWatch{
@@ -111,13 +127,19 @@ func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 	m, err := New(Options{Writer: h.writer, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
 		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
 			h.opened.Add(1)
+			if strings.HasPrefix(uri, refusedPIN) {
+				// What the pkcs11 backend returns when the token refuses
+				// the PIN (each attempt counts toward the token's lockout).
+				h.pinRefused.Add(1)
+				return nil, backends.Errorf(backends.ErrPermanent, "open", uri, "pin-source", "PIN incorrect: the token refused the PIN from this pin-source")
+			}
 			return reg.Open(ctx, backends.OpenRequest{URI: uri})
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.m = m
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(base)
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.Run(ctx.Done()) })
 	wg.Go(func() { _ = m.Run(ctx) })
@@ -348,4 +370,169 @@ func TestKeyCheckIsWrittenWhenItChanges(t *testing.T) {
 	if kc.Ready || !strings.Contains(kc.Message, `CN=b`) || !strings.Contains(kc.Message, a.uri) {
 		t.Fatalf("keyCheck = %+v, want not ready, naming certificate b and key %s", kc, a.uri)
 	}
+}
+
+// A generation removed from spec (after Retired) keeps, in status, only
+// the signer's lastIssuedNotAfter: the trust publisher has dropped its
+// fields. The signer must not apply that entry again, or it stays forever
+// (server-side apply keeps a list item some manager still owns) and one
+// orphan per rotation fills status.generations up to its 8 items, after
+// which every status write — reservations included — is refused.
+func TestRemovedGenerationIsNotWrittenBack(t *testing.T) {
+	b := newTestCA(t, "b")
+	obj := authorityFor("unit", gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	old := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	obj.Status.Generations = append(obj.Status.Generations, v1alpha1.GenerationStatus{Name: "a", LastIssuedNotAfter: &old})
+	h := start(t, obj)
+	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
+	h.lead(t)
+	eventually(t, "keyCheck written", func() bool { return h.writer.count() == 1 })
+	if err := h.m.Issuer(signerName).Reserve(context.Background(), "b", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	h.writer.mu.Lock()
+	body := h.writer.last["generations"].([]map[string]any)
+	h.writer.mu.Unlock()
+	for _, e := range body {
+		if e["name"] == "a" {
+			t.Fatalf("status apply %v carries generation a, which spec no longer lists", body)
+		}
+	}
+}
+
+// A generation name used again after the old generation was removed from
+// spec starts without a reservation: a replica that saw the old
+// generation's lastIssuedNotAfter, then takes over the lead, records the
+// new generation's first leaf instead of taking it as covered.
+func TestReusedGenerationNameReservesAgain(t *testing.T) {
+	a, a2, b := newTestCA(t, "a"), newTestCA(t, "a2"), newTestCA(t, "b")
+	first := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	old := metav1.NewTime(time.Now().Add(2 * time.Hour).Truncate(time.Second))
+	first.Status.Generations[0].LastIssuedNotAfter = &old // the other replica's reservation
+	h := start(t, first)
+	eventually(t, "generation a issuing", func() bool { return h.issuing() == "a" })
+	iss := h.m.Issuer(signerName)
+
+	// a retired and removed from spec (its status entry gone), b Active;
+	// then a new generation named a again becomes Active, and the other
+	// replica (still leading) has reported its key: status has no
+	// reservation for it.
+	gone := authorityFor("unit", gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	gone.ResourceVersion = "2"
+	h.watch.Modify(gone)
+	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
+	reused := authorityFor("unit", gen{"b", b, v1alpha1.PhasePromoted, v1alpha1.PhasePromoted}, gen{"a", a2, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	reused.ResourceVersion = "3"
+	h.watch.Modify(reused)
+	var auth *authority.Authority
+	eventually(t, "the new generation a issuing", func() bool {
+		x, g, err := iss.Current()
+		auth = x
+		return err == nil && g == "a" && x.Signer().Fingerprint() == a2.fp
+	})
+	reported := reused.DeepCopy()
+	reported.ResourceVersion = "4"
+	for _, k := range h.m.Keys() {
+		for j := range reported.Status.Generations {
+			g := &reported.Status.Generations[j]
+			if (g.Name == "a") == (k.Fingerprint() == auth.Signer().Fingerprint()) {
+				g.KeyCheck = &v1alpha1.KeyCheck{Ready: true, KeyVersion: k.KeyVersion()}
+			}
+		}
+	}
+	h.watch.Modify(reported)
+	eventually(t, "the reported keyCheck cached", func() bool {
+		obj, ok, _ := h.m.opts.Informer.GetIndexer().GetByKey("unit")
+		return ok && obj.(*v1alpha1.Authority).ResourceVersion == "4"
+	})
+
+	h.lead(t)
+	before := h.writer.count()
+	want := time.Now().Add(30 * time.Minute)
+	if err := iss.Reserve(context.Background(), "a", want); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if h.writer.count() == before {
+		t.Fatal("Reserve for the new generation a returned nil and wrote nothing: status records no lastIssuedNotAfter for it, so its leaf outlives every reservation")
+	}
+}
+
+// defaultLog collects what is logged at default verbosity.
+type defaultLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *defaultLog) context() context.Context {
+	logger := funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{Verbosity: 0})
+	return klog.NewContext(context.Background(), logger)
+}
+
+func (l *defaultLog) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// A leader that may not write the Authority's status (RBAC without
+// authorities/status patch) says so at default verbosity, once, naming the
+// apiserver's refusal: without its keyCheck the trust publisher never
+// activates a generation, and the only other line says "the trust
+// publisher activates one".
+func TestRefusedStatusWriteIsLoggedOnce(t *testing.T) {
+	a := newTestCA(t, "a")
+	var log defaultLog
+	h := startWith(t, log.context(), authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseStaged}))
+	eventually(t, "generation a's key checked", func() bool { return len(h.m.Keys()) == 1 })
+	h.writer.mu.Lock()
+	h.writer.fail = apierrors.NewForbidden(schema.GroupResource{Group: "keyward.dev", Resource: "authorities/status"}, "unit", errors.New("RBAC: access denied"))
+	h.writer.mu.Unlock()
+	h.lead(t)
+	eventually(t, "three refused writes", func() bool { return h.writer.count() >= 3 })
+	if n := log.count("authorities/status"); n != 1 {
+		t.Fatalf("the refused status write is logged %d times at default verbosity, want once; log:\n%s", n, strings.Join(log.lines, "\n"))
+	}
+}
+
+// A key whose token refused the PIN is not opened again by itself: each
+// attempt is a failed login the HSM counts toward locking the PIN (often
+// after 3 to 10), and every Authority event used to retry it. It is
+// opened again when the generation's key URI changes.
+func TestRefusedPINIsNotRetried(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	bad := testCA{uri: refusedPIN + ";object=b?pin-source=file:/etc/pin", pem: b.pem}
+	obj := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", bad, v1alpha1.PhaseStaged, ""})
+	h := start(t, obj)
+	eventually(t, "b's key tried", func() bool { return h.pinRefused.Load() >= 1 })
+	// Events that change nothing about b (the trust publisher's and the
+	// signer's own status writes), then one the test can wait for.
+	for i := range 5 {
+		again := obj.DeepCopy()
+		again.ResourceVersion = fmt.Sprint(10 + i)
+		h.watch.Modify(again)
+	}
+	c := newTestCA(t, "c")
+	more := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", bad, v1alpha1.PhaseStaged, ""}, gen{"c", c, v1alpha1.PhaseStaged, ""})
+	more.ResourceVersion = "20"
+	h.watch.Modify(more)
+	eventually(t, "c's key open", func() bool { return len(h.m.Keys()) == 2 })
+	if n := h.pinRefused.Load(); n != 1 {
+		t.Fatalf("the refused PIN was tried %d times, want once", n)
+	}
+	// A new key URI is a new attempt.
+	fixed := more.DeepCopy()
+	fixed.ResourceVersion = "21"
+	fixed.Spec.Generations[1].KeyURI = refusedPIN + ";object=b?pin-source=file:/etc/other-pin"
+	h.watch.Modify(fixed)
+	eventually(t, "the new key URI tried", func() bool { return h.pinRefused.Load() == 2 })
 }

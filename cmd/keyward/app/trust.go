@@ -334,9 +334,10 @@ func setOverride(a *v1alpha1.Authority, changed map[string]v1alpha1.Phase, reaso
 	return nil
 }
 
-// unforceable are the gates no override skips.
+// unforceable are the gates no override skips (NotYetValid is met only on
+// the way to Active, where the override does not skip it either).
 func unforceable(gate string) bool {
-	return gate == v1alpha1.GateInvalidCertificate || gate == v1alpha1.GateKeyNotReady
+	return gate == v1alpha1.GateInvalidCertificate || gate == v1alpha1.GateKeyNotReady || gate == v1alpha1.GateNotYetValid
 }
 
 func newTrustPhaseCommand(verb string, phase v1alpha1.Phase, short string) *cobra.Command {
