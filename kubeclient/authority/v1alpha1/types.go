@@ -33,6 +33,8 @@ const (
 // +kubebuilder:printcolumn:name="Signer",type=string,JSONPath=`.spec.signerName`
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.generations[?(@.phase=="Active")].name`,description="The generation whose key issues, as observed"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.generations) || oldSelf.status.generations.all(s, !has(s.phase) || s.phase == 'Retired' || (has(self.spec.generations) && self.spec.generations.exists(g, g.name == s.name)))",message="a generation can be removed only after status shows it Retired: its root is still in a trust bundle"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.generations) || !has(oldSelf.spec.generations) || !has(self.spec.generations) || oldSelf.status.generations.all(s, !has(s.phase) || !(s.phase in ['Promoted', 'Active', 'Retiring']) || self.spec.generations.all(g, g.name != s.name || oldSelf.spec.generations.all(o, o.name != s.name || (g.keyURI == o.keyURI && g.certificatePEM == o.certificatePEM))))",message="the keyURI and certificatePEM of a generation status shows Promoted, Active or Retiring cannot change: its root is in the live bundle; add a new generation instead"
 type Authority struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -168,7 +170,7 @@ type Generation struct {
 	// certificate whose key keyURI names.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:MaxLength=16384
 	CertificatePEM string `json:"certificatePEM"`
 
 	// chainPEM holds the issuers above certificatePEM, PEM-encoded, nearest
