@@ -53,13 +53,14 @@ func ActiveAuthority(ctx context.Context, c *authclient.Client, name, signerName
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating Authority %s: %w", name, err)
 		}
-		old, err := c.Get(ctx, name)
-		if err != nil {
-			return nil, err
+		// A test fixture replaces its CA: the apiserver refuses to change
+		// the key or certificate of a generation that has signed, so the
+		// Authority is made anew (an operator adds a generation instead).
+		if err := c.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("deleting Authority %s: %w", name, err)
 		}
-		old.Spec = a.Spec
-		if _, err := c.Update(ctx, old, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("updating Authority %s: %w", name, err)
+		if _, err := c.Create(ctx, a, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("creating Authority %s again: %w", name, err)
 		}
 	}
 	return SetObservedPhases(ctx, c, name, map[string]v1alpha1.Phase{generation: v1alpha1.PhaseActive})
