@@ -32,6 +32,32 @@ const (
 	ProfileServer      = "server"
 )
 
+// Profiles for CertificateSigningRequests (certificates.k8s.io/v1). The
+// three kubernetes.io profiles serve exactly their signer name (KEP-1513's
+// rules, hand the name over from kube-controller-manager first); csr serves
+// a custom signer name under the rules of signers[].csr.
+const (
+	ProfileKubeAPIServerClient        = "kubeAPIServerClient"        // kubernetes.io/kube-apiserver-client
+	ProfileKubeAPIServerClientKubelet = "kubeAPIServerClientKubelet" // kubernetes.io/kube-apiserver-client-kubelet
+	ProfileKubeletServing             = "kubeletServing"             // kubernetes.io/kubelet-serving
+	ProfileCSR                        = "csr"
+)
+
+// KubernetesSignerNames maps each kubernetes.io profile to the one signer
+// name it serves.
+var KubernetesSignerNames = map[string]string{
+	ProfileKubeAPIServerClient:        "kubernetes.io/kube-apiserver-client",
+	ProfileKubeAPIServerClientKubelet: "kubernetes.io/kube-apiserver-client-kubelet",
+	ProfileKubeletServing:             "kubernetes.io/kubelet-serving",
+}
+
+// IsCSRProfile reports whether a profile serves CertificateSigningRequests
+// (the others serve PodCertificateRequests).
+func IsCSRProfile(p string) bool {
+	_, k8s := KubernetesSignerNames[p]
+	return k8s || p == ProfileCSR
+}
+
 // Key types kube-apiserver accepts in a PodCertificateRequest.
 var apiserverKeyTypes = []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"}
 
@@ -137,6 +163,54 @@ type Signer struct {
 	// a request carrying any other key is Denied.
 	UnverifiedUserAnnotations []string   `json:"unverifiedUserAnnotations,omitempty"`
 	RateLimits                RateLimits `json:"rateLimits,omitempty"`
+	// CSR states and bounds what a custom CertificateSigningRequest signer
+	// name issues (profile csr): KEP-1513's signer properties.
+	CSR *CSRPolicy `json:"csr,omitempty"`
+	// Approval configures `keyward approver` for this CSR signer name.
+	// Without it, the approver leaves the name's CSRs alone.
+	Approval *Approval `json:"approval,omitempty"`
+}
+
+// CSRPolicy is what a custom CSR signer name issues: the seven properties
+// KEP-1513 asks every signer to document, as rules the signer enforces. A
+// CSR outside them is marked Failed with the rule named.
+type CSRPolicy struct {
+	// TrustDistribution says how relying parties get the CA (property 1),
+	// e.g. "ClusterTrustBundle keyward.dev:node-daemons:live".
+	TrustDistribution string `json:"trustDistribution"`
+	// CommonNames are patterns the subject CN must match (property 2); a
+	// leading "*." matches one DNS label, "*" alone any CN. Empty: no CN.
+	CommonNames []string `json:"commonNames,omitempty"`
+	// Organizations the subject may carry (exact); none other is allowed.
+	Organizations []string `json:"organizations,omitempty"`
+	// DNSNames are patterns each DNS SAN must match (property 3: SAN is
+	// the only extension a request may ask for).
+	DNSNames []string `json:"dnsNames,omitempty"`
+	// IPRanges are CIDRs each IP SAN must lie in.
+	IPRanges []string `json:"ipRanges,omitempty"`
+	// URIs are patterns each URI SAN must match ("*" suffix: any rest).
+	URIs []string `json:"uris,omitempty"`
+	// KeyUsages are the certificates.k8s.io usages a request may ask for
+	// (property 4), e.g. ["digital signature", "client auth"]; a request
+	// asking for another is Failed.
+	KeyUsages []string `json:"keyUsages"`
+	// Lifetime is min(maxLifetime, spec.expirationSeconds) (property 5);
+	// the CA bit is never set (property 6); status.certificate holds the
+	// leaf, then the issuers up to (not including) the root (property 7).
+}
+
+// Approval says which CSRs `keyward approver` approves for a signer name;
+// every other CSR for it is Denied with the rule it broke. kubernetes.io
+// names have built-in rules (docs/signers.md); these fields add to them.
+type Approval struct {
+	// Users and Groups may request (profile csr; deny by default).
+	Users  []string `json:"users,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	// AllowedDNSSuffixes and AllowedIPRanges further restrict a kubelet
+	// serving CSR's SANs (each must also be one of the Node's
+	// status.addresses).
+	AllowedDNSSuffixes []string `json:"allowedDNSSuffixes,omitempty"`
+	AllowedIPRanges    []string `json:"allowedIPRanges,omitempty"`
 }
 
 // PodIdentity configures the podIdentity profile.
@@ -363,8 +437,11 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	switch {
 	case !signerNameRE.MatchString(s.Name):
 		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "must be <domain>/<path>, e.g. keyward.dev/pod-identity"))
-	case reservedDomain(domain):
-		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "signer names in the kubernetes.io and k8s.io domains are reserved"))
+	case reservedDomain(domain) && KubernetesSignerNames[s.Profile] != s.Name:
+		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "signer names in the kubernetes.io and k8s.io domains are reserved, except the three a CSR profile serves (kubeAPIServerClient, kubeAPIServerClientKubelet, kubeletServing)"))
+	}
+	if want, ok := KubernetesSignerNames[s.Profile]; ok && s.Name != want {
+		errs = append(errs, field.Invalid(p.Child("name"), s.Name, fmt.Sprintf("profile %s serves exactly %s", s.Profile, want)))
 	}
 	if s.PodIdentity != nil && s.Profile != ProfilePodIdentity {
 		errs = append(errs, field.Invalid(p.Child("podIdentity"), *s.PodIdentity, "applies only to profile "+ProfilePodIdentity))
@@ -389,8 +466,20 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 				}
 			}
 		}
+	case ProfileKubeAPIServerClient, ProfileKubeAPIServerClientKubelet, ProfileKubeletServing:
+	case ProfileCSR:
+		if s.CSR == nil {
+			errs = append(errs, field.Required(p.Child("csr"), "profile csr states its rules in csr (trustDistribution, keyUsages, subjects, SANs)"))
+		}
 	default:
-		errs = append(errs, field.NotSupported(p.Child("profile"), s.Profile, []string{ProfilePodIdentity, ProfileSPIFFE, ProfileServer}))
+		errs = append(errs, field.NotSupported(p.Child("profile"), s.Profile, []string{ProfilePodIdentity, ProfileSPIFFE, ProfileServer,
+			ProfileKubeAPIServerClient, ProfileKubeAPIServerClientKubelet, ProfileKubeletServing, ProfileCSR}))
+	}
+	if s.CSR != nil && s.Profile != ProfileCSR {
+		errs = append(errs, field.Invalid(p.Child("csr"), "…", "applies only to profile "+ProfileCSR))
+	}
+	if s.Approval != nil && !IsCSRProfile(s.Profile) {
+		errs = append(errs, field.Invalid(p.Child("approval"), "…", "applies only to CertificateSigningRequest profiles"))
 	}
 	for j, kt := range s.AllowedKeyTypes {
 		if !slices.Contains(apiserverKeyTypes, kt) {
