@@ -105,6 +105,7 @@ func serialsDiffer(s []*big.Int) bool {
 func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	ctx := testContext(t)
 	signerName := certv1.KubeAPIServerClientKubeletSignerName
+	grantSigner(t, ctx, signerName, "sign")
 	root := kubeletSignerCA(t, signerName, "kubelet-client-ca")
 	runSigner(t, kubeletSignerConfig(t, config.ProfileKubeAPIServerClientKubelet), "kubelet-client-signer")
 	n := newKubeletNode(t, ctx, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.20.0.1"})
@@ -182,6 +183,7 @@ func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 func TestKubeletServingCertificateFromKeyward(t *testing.T) {
 	ctx := testContext(t)
 	signerName := certv1.KubeletServingSignerName
+	grantSigner(t, ctx, signerName, "sign")
 	root := kubeletSignerCA(t, signerName, "kubelet-serving-ca")
 	runSigner(t, kubeletSignerConfig(t, config.ProfileKubeletServing), "kubelet-serving-signer")
 	n := newKubeletNode(t, ctx,
@@ -310,6 +312,8 @@ func TestKubeletCSRsFollowCARotation(t *testing.T) {
 	defer cancel()
 	r := newE2ERotation(t, ctx, "kubelet")
 	r.signer = certv1.KubeletServingSignerName
+	// sign, and attest for the trust publisher's ClusterTrustBundles.
+	grantSigner(t, ctx, r.signer, "sign", "attest")
 	cfg := kubeletSignerConfig(t, config.ProfileKubeletServing)
 	on := true
 	cfg.TrustPublisher.Enabled = &on

@@ -22,6 +22,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -456,4 +457,31 @@ func verifyLeaf(t *testing.T, c *tls.Certificate, root *x509.Certificate, usage 
 // when the deadline (70–90% of the lifetime) passes.
 type rotator interface {
 	RotateCerts() (bool, error)
+}
+
+// grantSigner gives the signer's service account verbs (sign, attest) on
+// signerName until the test ends: the shipped role covers keyward.dev/*
+// only, and a cluster handing a kubernetes.io name to keyward adds it.
+func grantSigner(t *testing.T, ctx context.Context, signerName string, verbs ...string) {
+	t.Helper()
+	name := uniqueName(t, "signer-grant")
+	rbac := cp.AdminClient().RbacV1()
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{certv1.GroupName}, Resources: []string{"signers"},
+			ResourceNames: []string{signerName}, Verbs: verbs}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: signerServiceAccount, Namespace: signerNamespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = rbac.ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = rbac.ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }

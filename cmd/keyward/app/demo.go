@@ -49,7 +49,10 @@ NodeRestriction admission) and applies keyward's RBAC; makes a SoftHSM2 token;
 creates the CA generation demo-1 with keyward ca init (its key in the token);
 runs the signer and its trust publisher under its own service account;
 creates a pod with a podCertificate volume and, playing its node, requests
-the pod's certificate; prints the issued chain and how long it took.
+the pod's certificate; prints the issued chain and how long it took. A node
+daemon then asks keyward.dev/node-daemons (a custom CSR signer name with its
+own CA in the token) for a client certificate with a CertificateSigningRequest;
+the demo prints who approved it and the issued chain.
 
 Then it rotates the CA canary-then-live to demo-2 with gates compressed to
 seconds, running keyward ca init and keyward trust promote, activate, retire
@@ -171,6 +174,10 @@ SoftHSM2 token ready
 		return err
 	}
 	fmt.Fprintf(out, "CA key created in SoftHSM (non-extractable) by keyward ca init: %s\n", first.KeyURI)
+	// The custom CSR signer name node daemons ask has its own CA.
+	if err := cli.caInitDaemons(ctx, demoKeyURI(token, "demo-daemons-ca-1")); err != nil {
+		return err
+	}
 
 	// The signer, as `keyward signer --config` would run it.
 	off := false
@@ -179,7 +186,7 @@ SoftHSM2 token ready
 		KubeClient:     config.KubeClient{Kubeconfig: signerKubeconfig},
 		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
 		LeaderElection: config.LeaderElection{Enabled: &off},
-		Signers:        []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity}},
+		Signers:        []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity}, demoDaemonSignerConfig()},
 	}
 	cfg.Default()
 	on := true
@@ -216,6 +223,10 @@ SoftHSM2 token ready
 		return err
 	}
 	fmt.Fprintf(out, "trust publisher: generation %s observed Active (bootstrap: the signer reported its key ready)\n", demoGeneration)
+	if err := waitDaemonsActive(ctx, authorities); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "trust publisher: generation %s of %s observed Active\n", demoDaemonGeneration, demoDaemonSigner)
 
 	// Play kubelet: a pod on a node mounts a podCertificate volume; the node
 	// generates a key and asks for the pod's certificate.
@@ -238,6 +249,11 @@ SoftHSM2 token ready
 		return err
 	}
 	describeChain(out, chain)
+	daemonChain, err := requestDaemonCertificate(ctx, out, cp)
+	if err != nil {
+		return err
+	}
+	describeChain(out, daemonChain)
 	fmt.Fprintln(out)
 
 	r := &demoRotation{out: out, cli: cli, authorities: authorities, node: node, events: cp.AdminClient(), workload: w, token: token}

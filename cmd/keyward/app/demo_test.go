@@ -10,7 +10,7 @@ import (
 )
 
 // `keyward demo --once` brings up the control plane and the token, prints how
-// to reach them, issues a pod certificate, runs a whole canary-then-live
+// to reach them, issues a pod certificate and a node daemon's CSR, runs a whole canary-then-live
 // rotation demo-1 → demo-2 through keyward's own commands (retire refused by
 // LeavesValid, then forced with an Event), and leaves nothing behind.
 func TestDemoOnce(t *testing.T) {
@@ -27,6 +27,11 @@ func TestDemoOnce(t *testing.T) {
 	for _, want := range []string{"control plane ready", "export KUBECONFIG=" + dir + "/admin.kubeconfig", "token label \"keyward-demo\"",
 		"CA key created in SoftHSM", ": Issued in ", "PodIdentity (1.3.6.1.4.1.57683.1, non-critical)", "issuer:    CN=keyward demo CA demo-1",
 		"trust publisher: generation demo-1 observed Active",
+		// The node daemon's CSR for the custom signer name, with its own CA.
+		"trust publisher: generation daemons-1 of keyward.dev/node-daemons observed Active",
+		"by node-daemon:demo-node:log-shipper (node daemon, group keyward.dev:node-daemons) for keyward.dev/node-daemons: Approved",
+		"subject:   CN=log-shipper.demo-node\n    issuer:    CN=keyward demo node-daemons CA\n",
+		"SANs:      log-shipper.demo-node\n",
 		// The rotation: every phase reached, as status shows it.
 		"authority/demo: generation demo-2 added (desired phase Staged)", "status:  demo-1 Active, demo-2 Staged",
 		"status shows map[demo-2:Promoted]", "status shows map[demo-2:Active]",
