@@ -134,9 +134,6 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.rules[s.Name] = r
 	}
-	if len(c.rules) == 0 {
-		return nil, errors.New("no signer name to approve for: configure kubeAPIServerClientKubelet, kubeletServing, or a csr name with an approval section")
-	}
 	return c, nil
 }
 
@@ -162,6 +159,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
+	if len(c.rules) == 0 {
+		// A configuration shared with the signer may have nothing to
+		// approve yet; say so once and idle rather than crash-loop.
+		logger.Info("Nothing to approve: configure a kubeAPIServerClientKubelet or kubeletServing signer name, or a csr name with an approval section")
+		c.mu.Lock()
+		c.synced = true
+		c.mu.Unlock()
+		<-ctx.Done()
+		return nil
+	}
 	var syncs []cache.InformerSynced
 	for name, r := range c.rules {
 		r.informer = certinformers.NewFilteredCertificateSigningRequestInformer(c.opts.Client, 0, cache.Indexers{},

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
@@ -336,5 +337,37 @@ func TestKubeletClientReviews(t *testing.T) {
 				t.Fatalf("reviews %v, want %v", *reviews, tc.want)
 			}
 		})
+	}
+}
+
+// A configuration shared with the signer that has nothing to approve
+// (only PodCertificateRequest names, a csr name without approval) makes an
+// approver that idles ready instead of failing: the shipped Deployment
+// mounts the signer's ConfigMap.
+func TestNothingToApproveIdles(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Options{Client: fake.NewClientset(), Metrics: m, Signers: []config.Signer{
+		{Name: "keyward.dev/pod-identity", Profile: config.ProfilePodIdentity},
+		{Name: "example.com/unapproved", Profile: config.ProfileCSR, CSR: &config.CSRPolicy{KeyUsages: []string{"client auth"}}},
+	}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if names := c.SignerNames(); len(names) != 0 {
+		t.Fatalf("approves for %v, want nothing", names)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true,
+		func(context.Context) (bool, error) { return c.HasSynced(), nil }); err != nil {
+		t.Fatalf("never ready: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
