@@ -397,6 +397,7 @@ func (c *Controller) syncKubeletServing(ctx context.Context, r *servingRules, cs
 // subresource, records the outcome and logs it once.
 func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, approve bool, reason, message string) error {
 	csr = csr.DeepCopy()
+	message = truncate(message, maxConditionMessage)
 	typ, outcome, eventType := certificatesv1.CertificateDenied, "denied", corev1.EventTypeWarning
 	if approve {
 		typ, outcome, eventType = certificatesv1.CertificateApproved, "approved", corev1.EventTypeNormal
@@ -409,9 +410,9 @@ func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateS
 		return fmt.Errorf("writing the %s condition: %w", typ, err)
 	}
 	c.opts.Metrics.Decisions.WithLabelValues(csr.Spec.SignerName, outcome, reason).Inc()
-	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", message)
+	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", truncate(message, maxEventMessage))
 	if c.opts.Recorder != nil {
-		c.opts.Recorder.Event(csr, eventType, reason, message)
+		c.opts.Recorder.Event(csr, eventType, reason, truncate(message, maxEventMessage))
 	}
 	return nil
 }

@@ -188,6 +188,9 @@ func TestDecisions(t *testing.T) {
 		{"a node's serving CSR for its own addresses is approved", servingCSR(nil), approved},
 		{"a serving CSR with an IP not on the Node is denied naming it", servingCSR(func(s *csrSpec) { s.ips = []string{"10.0.0.5", "10.9.9.9"} }),
 			denied(ReasonSANNotOnNode, "10.9.9.9")},
+		{"a serving CSR with a 64 KiB DNS name is denied with a message cut to 4 KiB", servingCSR(func(s *csrSpec) {
+			s.dns = []string{strings.Repeat("a", 64<<10) + ".example.com"}
+		}), denied(ReasonSANNotOnNode, "truncated")},
 		{"a serving CSR with a DNS name not on the Node is denied naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n1", "evil.example.com"} }),
 			denied(ReasonSANNotOnNode, "evil.example.com")},
 		{"a serving CSR with a Node address outside the allowed ranges is denied naming it", servingCSR(func(s *csrSpec) { s.ips = []string{"203.0.113.5"} }),
@@ -305,6 +308,9 @@ func TestDecisions(t *testing.T) {
 			cond := added[0]
 			if cond.Type != tc.want.outcome || cond.Status != corev1.ConditionTrue || cond.Reason != tc.want.reason {
 				t.Fatalf("condition %s/%s %s: %s, want %s %s", cond.Type, cond.Status, cond.Reason, cond.Message, tc.want.outcome, tc.want.reason)
+			}
+			if len(cond.Message) > maxConditionMessage {
+				t.Errorf("message of %d bytes, want at most %d", len(cond.Message), maxConditionMessage)
 			}
 			if !strings.Contains(cond.Message, tc.want.naming) {
 				t.Errorf("message %q does not name %q", cond.Message, tc.want.naming)
