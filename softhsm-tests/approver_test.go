@@ -324,6 +324,24 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 		_ = admin.RbacV1().ClusterRoles().Delete(context.Background(), requesters, metav1.DeleteOptions{})
 	})
 
+	// TLS bootstrap: a bootstrap token's user may create CSRs and
+	// certificatesigningrequests/nodeclient (kubeadm binds these roles to
+	// group system:bootstrappers; here to this one user).
+	bootstrapUser := "system:bootstrap:" + uniqueName(t, "b")
+	for _, role := range []string{"system:node-bootstrapper", "system:certificates.k8s.io:certificatesigningrequests:nodeclient"} {
+		name := uniqueName(t, "bootstrap")
+		if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: bootstrapUser}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+
 	custom := "keyward.dev/" + uniqueName(t, "node-daemons")
 	startApprover(t, fmt.Sprintf(`- name: kubernetes.io/kube-apiserver-client-kubelet
   profile: kubeAPIServerClientKubelet
@@ -340,8 +358,8 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 `, custom, alice))
 
 	nodeCS := nodeClient(t, node)
-	userCS := func(user string) kubernetes.Interface {
-		cfg, err := cp.UserConfig(user, "system:authenticated")
+	userCS := func(user string, groups ...string) kubernetes.Interface {
+		cfg, err := cp.UserConfig(user, append(groups, "system:authenticated")...)
 		return clientFor(t, cfg, err)
 	}
 	daemonRequest := pemCSR(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "d1.daemons.example.com"}})
@@ -367,6 +385,9 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 		{"a node renewing its own client certificate is approved (selfnodeclient)", nodeCS, "kubernetes.io/kube-apiserver-client-kubelet",
 			pemCSR(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}), clientUsages,
 			certv1.CertificateApproved, approver.ReasonAutoApproved, "self kubelet client"},
+		{"a bootstrap token's kubelet client CSR is approved (nodeclient)", userCS(bootstrapUser, "system:bootstrappers"), "kubernetes.io/kube-apiserver-client-kubelet",
+			pemCSR(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node + "-new", Organization: []string{"system:nodes"}}}), clientUsages,
+			certv1.CertificateApproved, approver.ReasonAutoApproved, "Auto approving kubelet client certificate"},
 		{"a custom CSR from the allowed user is approved", userCS(alice), custom, daemonRequest, clientUsages,
 			certv1.CertificateApproved, approver.ReasonAutoApproved, "approval.users"},
 		{"a custom CSR from another user is denied naming them", userCS(mallory), custom, daemonRequest, clientUsages,
