@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
 
+	"github.com/keyward/keyward/internal/httpserve"
 	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,32 +152,9 @@ func serveHTTP(ctx context.Context, metricsAddr, healthAddr string, reg *prometh
 	})
 	metrics := http.NewServeMux()
 	metrics.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	var servers []*http.Server
-	stop := func() {
-		for _, s := range servers {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = s.Shutdown(sctx)
-			cancel()
-		}
-	}
-	var addrs []string
-	for _, l := range []struct {
-		addr string
-		h    http.Handler
-	}{{metricsAddr, metrics}, {healthAddr, health}} {
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			stop()
-			return "", "", nil, fmt.Errorf("listening on %s: %w", l.addr, err)
-		}
-		srv := &http.Server{Handler: l.h, ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, srv)
-		addrs = append(addrs, ln.Addr().String())
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.FromContext(ctx).Error(err, "HTTP server stopped", "addr", ln.Addr().String())
-			}
-		}()
+	addrs, stop, err := httpserve.Start(ctx, httpserve.Endpoint{Addr: metricsAddr, Handler: metrics}, httpserve.Endpoint{Addr: healthAddr, Handler: health})
+	if err != nil {
+		return "", "", nil, err
 	}
 	return addrs[0], addrs[1], stop, nil
 }
