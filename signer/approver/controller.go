@@ -292,8 +292,14 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "signer", r.name, "user", csr.Spec.Username)
 	req, err := parseRequest(csr.Spec.Request)
 	if err != nil {
-		// The apiserver parses spec.request on create; this is not a CSR
-		// any rule can approve.
+		// The apiserver parses spec.request on create, so this is not
+		// expected. kube-controller-manager leaves such a kubelet client
+		// CSR undecided; for the names with keyward's own rules, no rule
+		// can approve it.
+		if r.name == kubeletClientName {
+			logger.V(2).Info("Leaving CSR undecided: spec.request does not parse", "err", err)
+			return nil
+		}
 		return c.write(ctx, csr, false, ReasonInvalidRequest, fmt.Sprintf("parsing spec.request: %v", err))
 	}
 	switch {

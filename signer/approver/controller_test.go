@@ -55,6 +55,8 @@ type csrSpec struct {
 	emails  []string
 	created time.Time
 	status  certificatesv1.CertificateSigningRequestStatus
+	// request, if set, replaces the PEM request built from the fields.
+	request []byte
 }
 
 func (s csrSpec) build(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
@@ -73,10 +75,14 @@ func (s csrSpec) build(t *testing.T, name string) *certificatesv1.CertificateSig
 	if created.IsZero() {
 		created = now
 	}
+	request := pemRequest(t, tmpl)
+	if s.request != nil {
+		request = s.request
+	}
 	return &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			SignerName: s.signer, Request: pemRequest(t, tmpl), Usages: s.usages, Username: s.user, Groups: s.groups,
+			SignerName: s.signer, Request: request, Usages: s.usages, Username: s.user, Groups: s.groups,
 		},
 		Status: s.status,
 	}
@@ -269,6 +275,15 @@ func TestDecisions(t *testing.T) {
 		}), want{}},
 		{"a CSR with a certificate is never touched", customCSR("mallory", func(s *csrSpec) { s.status.Certificate = []byte("x") }), want{}},
 	}
+	garbled := func(s csrSpec) csrSpec { s.request = []byte("not PEM"); return s }
+	cases = append(cases, []struct {
+		name string
+		csr  csrSpec
+		want want
+	}{
+		{"a kubelet client CSR whose request does not parse is left undecided", garbled(clientCSR("system:node:n1", nil)), want{}},
+		{"a kubelet serving CSR whose request does not parse is denied", garbled(servingCSR(nil)), denied(ReasonInvalidRequest, "spec.request")},
+	}...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c, client, reviews := newTestController(t, grants)
