@@ -109,7 +109,7 @@ func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	root := kubeletSignerCA(t, signerName, "kubelet-client-ca")
 	runSigner(t, kubeletSignerConfig(t, config.ProfileKubeAPIServerClientKubelet), "kubelet-client-signer")
 	n := newKubeletNode(t, ctx, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.20.0.1"})
-	approveAsAdmin(t, signerName, n.user())
+	kubeletApprover(t, ctx, config.ProfileKubeAPIServerClientKubelet)
 
 	m := n.clientManager()
 	start := time.Now()
@@ -159,8 +159,10 @@ func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	if got := n.withCurrent.Load(); got < 2 {
 		t.Errorf("%d renewals authenticated with the current certificate, want 2 (kubelet renews with the certificate it holds)", got)
 	}
-	if got := len(csrsOf(t, ctx, signerName, n.user())); got != 3 {
-		t.Errorf("%d CSRs for the node, want 3", got)
+	if csrs := csrsOf(t, ctx, signerName, n.user()); len(csrs) != 3 {
+		t.Errorf("%d CSRs for the node, want 3", len(csrs))
+	} else {
+		approvedByKeyward(t, csrs)
 	}
 	if f := n.renewFailures.Load(); f != 0 {
 		t.Errorf("%d renewal failures", f)
@@ -190,7 +192,7 @@ func TestKubeletServingCertificateFromKeyward(t *testing.T) {
 		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "worker-1"},
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.1"},
 		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "worker-1.nodes.example"})
-	approveAsAdmin(t, signerName, n.user())
+	kubeletApprover(t, ctx, config.ProfileKubeletServing)
 
 	m := n.servingManager()
 	start := time.Now()
@@ -227,6 +229,11 @@ func TestKubeletServingCertificateFromKeyward(t *testing.T) {
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.2"},
 		corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: "worker-1.edge.example"})
 	check("after the node's addresses moved", third, []string{"worker-1", "worker-1.edge.example"}, []string{"10.30.0.2"})
+	if csrs := csrsOf(t, ctx, signerName, n.user()); len(csrs) != 3 {
+		t.Errorf("%d CSRs for the node, want 3", len(csrs))
+	} else {
+		approvedByKeyward(t, csrs)
+	}
 
 	samples, gaps, serials := watch.result()
 	if len(gaps) > 0 {
@@ -325,7 +332,7 @@ func TestKubeletCSRsFollowCARotation(t *testing.T) {
 	caA := r.ca("a")
 
 	n := newKubeletNode(t, ctx, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.40.0.1"})
-	approveAsAdmin(t, r.signer, n.user())
+	kubeletApprover(t, ctx, config.ProfileKubeletServing)
 	m := n.servingManager()
 	m.Start()
 	first := waitCurrent(t, ctx, m, "the first serving certificate", func(*x509.Certificate) bool { return true })

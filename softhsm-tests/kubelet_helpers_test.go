@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +32,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/signer/approver"
+	"github.com/keyward/keyward/signer/config"
 )
 
 // kubeletNode plays one kubelet: a Node object whose status.addresses it
@@ -382,37 +385,48 @@ func (g *gapWatch) result() (int, []string, []*big.Int) {
 	return g.samples, g.gaps, g.serials
 }
 
-// approveAsAdmin approves, as a cluster admin would with `kubectl
-// certificate approve`, every CSR for signerName that user requests, until
-// the test ends. It stands in for an approver where the approver is not
-// under test.
-func approveAsAdmin(t *testing.T, signerName, user string) {
+// kubeletApprover runs keyward's approver, as its shipped service account
+// with the shipped RBAC, for the kubelet signer names of profiles until the
+// test ends. For the client name it also gives nodes the grant kubeadm
+// gives every cluster (selfnodeclient bound to system:nodes), without
+// which the approver, like kube-controller-manager, leaves a renewal
+// undecided.
+func kubeletApprover(t *testing.T, ctx context.Context, profiles ...string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	admin := cp.AdminClient()
-	go func() {
-		defer close(done)
-		_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			list, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for i := range list.Items {
-				csr := &list.Items[i]
-				if csr.Spec.SignerName != signerName || csr.Spec.Username != user || len(csr.Status.Conditions) > 0 {
-					continue
-				}
-				csr.Status.Conditions = append(csr.Status.Conditions, certv1.CertificateSigningRequestCondition{
-					Type: certv1.CertificateApproved, Status: corev1.ConditionTrue,
-					Reason: "TestAdminApproved", Message: "approved by the test as cluster admin",
-				})
-				_, _ = admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
-			}
-			return false, nil
+	installApproverRBAC(t, ctx)
+	var signers strings.Builder
+	for _, p := range profiles {
+		fmt.Fprintf(&signers, "- {name: %s, profile: %s}\n", config.KubernetesSignerNames[p], p)
+		if p != config.ProfileKubeAPIServerClientKubelet {
+			continue
+		}
+		binding := uniqueName(t, "node-autoapprove-certificate-rotation")
+		if _, err := cp.AdminClient().RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: binding},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cp.AdminClient().RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
 		})
-	}()
+	}
+	startApprover(t, signers.String())
+}
+
+// approvedByKeyward checks that every CSR in csrs was approved by keyward's
+// approver and carries a certificate.
+func approvedByKeyward(t *testing.T, csrs []certv1.CertificateSigningRequest) {
+	t.Helper()
+	for _, c := range csrs {
+		approved := slices.ContainsFunc(c.Status.Conditions, func(cond certv1.CertificateSigningRequestCondition) bool {
+			return cond.Type == certv1.CertificateApproved && cond.Reason == approver.ReasonAutoApproved
+		})
+		if !approved || len(c.Status.Certificate) == 0 {
+			t.Errorf("CSR %s: conditions %+v, certificate %d bytes; want approved by keyward's approver and signed", c.Name, c.Status.Conditions, len(c.Status.Certificate))
+		}
+	}
 }
 
 // csrsOf lists the CSRs user made for signerName, oldest first.

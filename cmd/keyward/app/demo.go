@@ -52,7 +52,8 @@ creates a pod with a podCertificate volume and, playing its node, requests
 the pod's certificate; prints the issued chain and how long it took. A node
 daemon then asks keyward.dev/node-daemons (a custom CSR signer name with its
 own CA in the token) for a client certificate with a CertificateSigningRequest;
-the demo prints who approved it and the issued chain.
+keyward approver, running beside the signer under its own service account,
+approves it, and the demo prints its decision and the issued chain.
 
 Then it rotates the CA canary-then-live to demo-2 with gates compressed to
 seconds, running keyward ca init and keyward trust promote, activate, retire
@@ -219,6 +220,11 @@ SoftHSM2 token ready
 		return fmt.Errorf("signer: %w", err)
 	}
 	fmt.Fprintf(out, "signer running for %s with the trust publisher: metrics http://%s/metrics, health http://%s/readyz, log %s\n", demoSigner, a[0], a[1], logFile.Name())
+	stopApprover, err := startDemoApprover(ctx, out, cp, cfg, dir)
+	if err != nil {
+		return err
+	}
+	defer stopApprover()
 	if _, err := waitObserved(ctx, authorities, map[string]v1alpha1.Phase{demoGeneration: v1alpha1.PhaseActive}); err != nil {
 		return err
 	}

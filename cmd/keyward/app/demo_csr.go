@@ -8,21 +8,26 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/keyward/keyward/deploy"
 	"github.com/keyward/keyward/internal/controlplane"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer"
+	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/certificate/csr"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
 
 // The demo's custom CSR signer name, the node daemon that asks it for a
@@ -126,7 +131,7 @@ func requestDaemonCertificate(ctx context.Context, out io.Writer, cp *controlpla
 	if err != nil {
 		return nil, fmt.Errorf("node daemon creating its CertificateSigningRequest: %w", err)
 	}
-	approvedBy, err := approveDaemonCSR(ctx, admin, name)
+	approvedBy, err := waitApproved(ctx, daemon, name)
 	if err != nil {
 		return nil, err
 	}
@@ -146,19 +151,75 @@ func requestDaemonCertificate(ctx context.Context, out io.Writer, cp *controlpla
 	return chain, nil
 }
 
-// approveDaemonCSR approves CSR name as the cluster admin would with
-// `kubectl certificate approve`, and says so.
-func approveDaemonCSR(ctx context.Context, admin kubernetes.Interface, name string) (string, error) {
-	c, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+// startDemoApprover runs `keyward approver` on the demo's configuration as
+// its own service account (keyward/keyward-approver, the shipped
+// deploy/base/approver-rbac.yaml) until ctx ends; the returned function
+// stops it and waits.
+func startDemoApprover(ctx context.Context, out io.Writer, cp *controlplane.ControlPlane, cfg *config.SignerConfiguration, dir string) (func(), error) {
+	manifest, err := deploy.Base.ReadFile("base/approver-rbac.yaml")
 	if err != nil {
-		return "", fmt.Errorf("reading CertificateSigningRequest %s: %w", name, err)
+		return nil, err
 	}
-	c.Status.Conditions = append(c.Status.Conditions, certv1.CertificateSigningRequestCondition{
-		Type: certv1.CertificateApproved, Status: corev1.ConditionTrue,
-		Reason: "KubectlApprove", Message: "approved by the demo's cluster admin",
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
+		return nil, fmt.Errorf("applying deploy/base/approver-rbac.yaml: %w", err)
+	}
+	saCfg, err := cp.ServiceAccountConfig("keyward", "keyward-approver")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "approver.kubeconfig")
+	if err := controlplane.WriteKubeconfig(saCfg, "keyward-approver", kubeconfig); err != nil {
+		return nil, err
+	}
+	acfg := *cfg
+	acfg.KubeClient.Kubeconfig = kubeconfig
+	logFile, err := os.Create(filepath.Join(dir, "approver.log"))
+	if err != nil {
+		return nil, err
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile)))
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	done := make(chan error, 1)
+	addrs := make(chan [2]string, 1)
+	go func() {
+		done <- approver.Run(ctx, approver.RunOptions{Config: &acfg, Identity: "demo-approver",
+			Ready: func(m, h string) { addrs <- [2]string{m, h} }})
+	}()
+	stop := func() { cancel(); <-done; logFile.Close() }
+	select {
+	case a := <-addrs:
+		fmt.Fprintf(out, "approver running as keyward/keyward-approver (no keys) for %s: metrics http://%s/metrics, health http://%s/readyz, log %s\n",
+			demoDaemonSigner, a[0], a[1], logFile.Name())
+		return stop, nil
+	case err := <-done:
+		cancel()
+		logFile.Close()
+		return nil, fmt.Errorf("approver: %w", err)
+	}
+}
+
+// waitApproved waits for the approver's decision on CSR name and describes
+// it.
+func waitApproved(ctx context.Context, client kubernetes.Interface, name string) (string, error) {
+	var decided *certv1.CertificateSigningRequestCondition
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, demoWait, true, func(ctx context.Context) (bool, error) {
+		c, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil // transient: poll again
+		}
+		for i, cond := range c.Status.Conditions {
+			if cond.Type == certv1.CertificateApproved || cond.Type == certv1.CertificateDenied {
+				decided = &c.Status.Conditions[i]
+				return true, nil
+			}
+		}
+		return false, nil
 	})
-	if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, c, metav1.UpdateOptions{}); err != nil {
-		return "", fmt.Errorf("approving CertificateSigningRequest %s: %w", name, err)
+	if err != nil {
+		return "", fmt.Errorf("waiting for the approver to decide CertificateSigningRequest %s: %w", name, err)
 	}
-	return "Approved by the cluster admin (kubectl certificate approve)", nil
+	if decided.Type != certv1.CertificateApproved {
+		return "", fmt.Errorf("CertificateSigningRequest %s: %s (%s): %s", name, decided.Type, decided.Reason, decided.Message)
+	}
+	return fmt.Sprintf("Approved by keyward approver (%s: %s)", decided.Reason, decided.Message), nil
 }

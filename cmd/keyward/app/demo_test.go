@@ -29,7 +29,7 @@ func TestDemoOnce(t *testing.T) {
 		"trust publisher: generation demo-1 observed Active",
 		// The node daemon's CSR for the custom signer name, with its own CA.
 		"trust publisher: generation daemons-1 of keyward.dev/node-daemons observed Active",
-		"by node-daemon:demo-node:log-shipper (node daemon, group keyward.dev:node-daemons) for keyward.dev/node-daemons: Approved",
+		"by node-daemon:demo-node:log-shipper (node daemon, group keyward.dev:node-daemons) for keyward.dev/node-daemons: Approved by keyward approver (AutoApproved: ",
 		"subject:   CN=log-shipper.demo-node\n    issuer:    CN=keyward demo node-daemons CA\n",
 		"SANs:      log-shipper.demo-node\n",
 		// The rotation: every phase reached, as status shows it.
