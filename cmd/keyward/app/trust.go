@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -458,12 +460,22 @@ func (o *trustEditOptions) waitFor(ctx context.Context, out io.Writer, ac *authc
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w: status of Authority %s does not show %v after %s", ErrWaitTimeout, name, want, o.timeout)
+			return fmt.Errorf("%w: status of Authority %s does not show %s after %s", ErrWaitTimeout, name, phaseList(want), o.timeout)
 		}
 		return err
 	}
-	fmt.Fprintf(out, "status shows %v\n", want)
+	fmt.Fprintf(out, "status shows %s\n", phaseList(want))
 	return nil
+}
+
+// phaseList reads "a Active, b Promoted", sorted by generation.
+func phaseList(m map[string]v1alpha1.Phase) string {
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + " " + string(m[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 type trustEmergencyOptions struct {

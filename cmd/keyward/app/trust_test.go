@@ -88,3 +88,11 @@ func TestAuthorityNameFor(t *testing.T) {
 		})
 	}
 }
+
+// --wait reports the phases it saw as a sentence, not a Go map.
+func TestPhaseListReadsAsASentence(t *testing.T) {
+	got := phaseList(map[string]v1alpha1.Phase{"b": v1alpha1.PhasePromoted, "a": v1alpha1.PhaseActive})
+	if want := "a Active, b Promoted"; got != want {
+		t.Errorf("phaseList = %q, want %q", got, want)
+	}
+}
