@@ -100,6 +100,9 @@ type Controller struct {
 	// publishErr: the latest bundle write failure per Authority (its
 	// condition reason and message), logged once per change.
 	publishErr map[string]publishFailure
+	// syncErr: the message of the latest failed sync per Authority,
+	// logged once per change.
+	syncErr map[string]string
 	// staleRV: the resourceVersion an Authority had when this controller
 	// last wrote it. Until the cache holds a newer version, a sync would
 	// act on a state the controller itself has already moved past (and,
@@ -160,6 +163,7 @@ func newController(opts Options, w authorityWriter, authorities cache.SharedInde
 		ignored:    map[string]bool{},
 		health:     map[string]healthResult{},
 		publishErr: map[string]publishFailure{},
+		syncErr:    map[string]string{},
 		staleRV:    map[string]string{},
 	}
 }
@@ -214,19 +218,42 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	err := c.sync(ctx, key)
+	c.logSyncResult(ctx, key, err)
 	if err == nil {
 		c.queue.Forget(key)
 		return true
 	}
-	var r reportedError
-	if errors.As(err, &r) {
-		// Already logged once per change by sync; retried with backoff.
-		klog.FromContext(ctx).V(4).Info("Retrying Authority", "authority", key, "err", err)
-	} else {
-		klog.FromContext(ctx).Error(err, "Syncing Authority; will retry", "authority", key)
-	}
 	c.queue.AddRateLimited(key)
 	return true
+}
+
+// logSyncResult logs a failed sync once per change of its message (a
+// refused status write is retried with backoff, up to every 5 minutes,
+// for as long as it lasts), and the first success after one.
+func (c *Controller) logSyncResult(ctx context.Context, key string, err error) {
+	logger := klog.FromContext(ctx)
+	var r reportedError
+	reported := errors.As(err, &r) // sync logged it, and logs its recovery
+	c.mu.Lock()
+	prev, had := c.syncErr[key]
+	if err == nil || reported {
+		delete(c.syncErr, key)
+	} else {
+		c.syncErr[key] = err.Error()
+	}
+	c.mu.Unlock()
+	switch {
+	case err == nil:
+		if had {
+			logger.Info("Syncing Authority works again", "authority", key, "after", prev)
+		}
+	case reported, had && prev == err.Error():
+		// Logged already (by sync, or by the previous attempt); retried
+		// with backoff.
+		logger.V(4).Info("Retrying Authority", "authority", key, "err", err)
+	default:
+		logger.Error(err, "Syncing Authority; will retry with backoff (logged again only if the error changes)", "authority", key)
+	}
 }
 
 // reportedError is a sync failure sync has already logged (once per
