@@ -39,6 +39,47 @@ var ErrGateHolds = errors.New("a gate holds the transition")
 // ErrWaitTimeout: --wait ran out before status showed the phase.
 var ErrWaitTimeout = errors.New("timed out waiting for the phase")
 
+// ErrOverridePending means --force would replace an override the
+// controller has not applied yet.
+var ErrOverridePending = errors.New("another override is pending")
+
+// checkNoPendingOverride refuses to replace a pending override: it would
+// drop its generations silently (say, the Retired of a compromised key
+// whose successor's key is not ready yet).
+func checkNoPendingOverride(a *v1alpha1.Authority) error {
+	if _, ok := a.Annotations[v1alpha1.OverrideAnnotation]; !ok {
+		return nil
+	}
+	o, err := trustpublisher.ParseOverride(a)
+	if err != nil || o == nil {
+		return nil // unusable: the controller drops it; replacing it loses nothing
+	}
+	// An entry still waits when spec asks for its phase and status does
+	// not show it yet; arrived or stale entries the controller drops.
+	waiting := false
+	for gen, phase := range o.Generations {
+		desired, observed := v1alpha1.Phase(""), v1alpha1.Phase("")
+		for _, g := range a.Spec.Generations {
+			if g.Name == gen {
+				desired = g.Phase
+			}
+		}
+		for _, g := range a.Status.Generations {
+			if g.Name == gen {
+				observed = g.Phase
+			}
+		}
+		if desired == phase && observed != phase {
+			waiting = true
+		}
+	}
+	if !waiting {
+		return nil
+	}
+	return fmt.Errorf("%w on Authority %s: %s (reason %q, by %s), not yet applied by the controller (a gate no override skips holds it, or the trust publisher is not running: see keyward trust status); wait for it, or drop it with kubectl annotate authority %s %s-",
+		ErrOverridePending, a.Name, phaseList(o.Generations), o.Reason, orDash(o.RequestedBy), a.Name, v1alpha1.OverrideAnnotation)
+}
+
 // GateError is a refusal because the controller would hold the step.
 type GateError struct {
 	Step trustpublisher.Step
@@ -400,6 +441,9 @@ func (o *trustEditOptions) runPhase(ctx context.Context, out io.Writer, ref, gen
 			return nil
 		}
 		if o.force {
+			if err := checkNoPendingOverride(a); err != nil {
+				return err
+			}
 			if err := setOverride(edited, changed, o.reason, by); err != nil {
 				return err
 			}
