@@ -13,6 +13,7 @@ import (
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -103,6 +104,8 @@ type Controller struct {
 	// syncErr: the message of the latest failed sync per Authority,
 	// logged once per change.
 	syncErr map[string]string
+	// noAPI: the latest Authority list was answered 404 (no CRD).
+	noAPI bool
 	// staleRV: the resourceVersion an Authority had when this controller
 	// last wrote it. Until the cache holds a newer version, a sync would
 	// act on a state the controller itself has already moved past (and,
@@ -140,6 +143,10 @@ func New(opts Options) (*Controller, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedByLabel + "=" + ManagedByValue }))
 	c := newController(opts, opts.Authorities, authclient.NewInformer(opts.Authorities, opts.Resync), m)
+	// Fails only once the informer runs; it has not.
+	if err := c.authorities.SetWatchErrorHandlerWithContext(c.watchError); err != nil {
+		return nil, fmt.Errorf("handling the Authority informer's watch errors: %w", err)
+	}
 	c.factory = factory
 	c.bundles = factory.Certificates().V1().ClusterTrustBundles().Informer()
 	return c, nil
@@ -264,6 +271,9 @@ func (e reportedError) Error() string { return e.err.Error() }
 func (e reportedError) Unwrap() error { return e.err }
 
 func (c *Controller) enqueueAuthority(obj any) {
+	c.mu.Lock()
+	c.noAPI = false // served again
+	c.mu.Unlock()
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -316,4 +326,22 @@ func (c *Controller) signerNames() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// watchError says once, in words, that the cluster does not serve
+// Authorities (a 404 to the list: the CRD is missing), instead of
+// client-go's "Failed to watch" at every retry; other errors go to
+// client-go's handler. The flag clears when an Authority event arrives.
+func (c *Controller) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	if !apierrors.IsNotFound(err) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		return
+	}
+	c.mu.Lock()
+	first := !c.noAPI
+	c.noAPI = true
+	c.mu.Unlock()
+	if first {
+		klog.FromContext(ctx).Error(err, "Nothing is published: the cluster does not serve Authorities (authorities.keyward.dev); install the CRD (kubectl apply -f deploy/crds/); retrying quietly")
+	}
 }

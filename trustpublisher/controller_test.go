@@ -468,3 +468,25 @@ func TestFailingSyncIsLoggedOncePerChange(t *testing.T) {
 		t.Errorf("a failure after recovery logged %d error lines in all, want 3", len(errorLines))
 	}
 }
+
+// A cluster without the Authority CRD (every list answered 404) is said
+// once at default verbosity, not at every retry, and again after it was
+// served in between.
+func TestMissingAuthorityCRDIsSaidOnce(t *testing.T) {
+	a, _, _ := bootstrapped(t)
+	h := newHarness(t, a)
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{}))
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "keyward.dev", Resource: "authorities"}, "")
+	for range 4 {
+		h.c.watchError(ctx, nil, notFound)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "authorities.keyward.dev") {
+		t.Fatalf("4 refused lists logged %d lines, want 1 naming authorities.keyward.dev: %q", len(lines), lines)
+	}
+	h.c.enqueueAuthority(a)
+	h.c.watchError(ctx, nil, notFound)
+	if len(lines) != 2 {
+		t.Errorf("a 404 after the resource was served again logged %d lines in all, want 2", len(lines))
+	}
+}
