@@ -430,6 +430,18 @@ func TestTrustPromoteRefusedThenForced(t *testing.T) {
 		t.Errorf("trust status: %v\n%s", err, status)
 	}
 
+	// A second --force while that override is pending (no controller runs
+	// here) is refused: replacing the annotation would drop g2's entry.
+	pending := after.Annotations[kwv1alpha1.OverrideAnnotation]
+	out, err = keyward(t, "trust", "activate", signer, "g2", "--force", "--reason", "CHG-2")
+	if !errors.Is(err, app.ErrOverridePending) {
+		t.Fatalf("a second --force while an override is pending: got %v, want ErrOverridePending\n%s", err, out)
+	}
+	t.Logf("keyward trust activate --force while an override is pending:\n%s", out)
+	if again := authorityFor(t, c, signer); again.Annotations[kwv1alpha1.OverrideAnnotation] != pending || generation(t, again, "g2").Phase != kwv1alpha1.PhasePromoted {
+		t.Fatalf("the refused --force changed the Authority: override %q, g2 desired %s", again.Annotations[kwv1alpha1.OverrideAnnotation], generation(t, again, "g2").Phase)
+	}
+
 	// Emergency: g2 Active and g1 Retired at once, the blast radius first.
 	lastIssued := metav1.NewTime(now.Add(20 * time.Hour))
 	// (An apply carries all of a manager's fields: keyCheck again.)

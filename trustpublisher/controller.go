@@ -13,6 +13,7 @@ import (
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -100,6 +101,11 @@ type Controller struct {
 	// publishErr: the latest bundle write failure per Authority (its
 	// condition reason and message), logged once per change.
 	publishErr map[string]publishFailure
+	// syncErr: the message of the latest failed sync per Authority,
+	// logged once per change.
+	syncErr map[string]string
+	// noAPI: the latest Authority list was answered 404 (no CRD).
+	noAPI bool
 	// staleRV: the resourceVersion an Authority had when this controller
 	// last wrote it. Until the cache holds a newer version, a sync would
 	// act on a state the controller itself has already moved past (and,
@@ -137,6 +143,10 @@ func New(opts Options) (*Controller, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedByLabel + "=" + ManagedByValue }))
 	c := newController(opts, opts.Authorities, authclient.NewInformer(opts.Authorities, opts.Resync), m)
+	// Fails only once the informer runs; it has not.
+	if err := c.authorities.SetWatchErrorHandlerWithContext(c.watchError); err != nil {
+		return nil, fmt.Errorf("handling the Authority informer's watch errors: %w", err)
+	}
 	c.factory = factory
 	c.bundles = factory.Certificates().V1().ClusterTrustBundles().Informer()
 	return c, nil
@@ -160,6 +170,7 @@ func newController(opts Options, w authorityWriter, authorities cache.SharedInde
 		ignored:    map[string]bool{},
 		health:     map[string]healthResult{},
 		publishErr: map[string]publishFailure{},
+		syncErr:    map[string]string{},
 		staleRV:    map[string]string{},
 	}
 }
@@ -214,19 +225,42 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	err := c.sync(ctx, key)
+	c.logSyncResult(ctx, key, err)
 	if err == nil {
 		c.queue.Forget(key)
 		return true
 	}
-	var r reportedError
-	if errors.As(err, &r) {
-		// Already logged once per change by sync; retried with backoff.
-		klog.FromContext(ctx).V(4).Info("Retrying Authority", "authority", key, "err", err)
-	} else {
-		klog.FromContext(ctx).Error(err, "Syncing Authority; will retry", "authority", key)
-	}
 	c.queue.AddRateLimited(key)
 	return true
+}
+
+// logSyncResult logs a failed sync once per change of its message (a
+// refused status write is retried with backoff, up to every 5 minutes,
+// for as long as it lasts), and the first success after one.
+func (c *Controller) logSyncResult(ctx context.Context, key string, err error) {
+	logger := klog.FromContext(ctx)
+	var r reportedError
+	reported := errors.As(err, &r) // sync logged it, and logs its recovery
+	c.mu.Lock()
+	prev, had := c.syncErr[key]
+	if err == nil || reported {
+		delete(c.syncErr, key)
+	} else {
+		c.syncErr[key] = err.Error()
+	}
+	c.mu.Unlock()
+	switch {
+	case err == nil:
+		if had {
+			logger.Info("Syncing Authority works again", "authority", key, "after", prev)
+		}
+	case reported, had && prev == err.Error():
+		// Logged already (by sync, or by the previous attempt); retried
+		// with backoff.
+		logger.V(4).Info("Retrying Authority", "authority", key, "err", err)
+	default:
+		logger.Error(err, "Syncing Authority; will retry with backoff (logged again only if the error changes)", "authority", key)
+	}
 }
 
 // reportedError is a sync failure sync has already logged (once per
@@ -237,6 +271,9 @@ func (e reportedError) Error() string { return e.err.Error() }
 func (e reportedError) Unwrap() error { return e.err }
 
 func (c *Controller) enqueueAuthority(obj any) {
+	c.mu.Lock()
+	c.noAPI = false // served again
+	c.mu.Unlock()
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -289,4 +326,22 @@ func (c *Controller) signerNames() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// watchError says once, in words, that the cluster does not serve
+// Authorities (a 404 to the list: the CRD is missing), instead of
+// client-go's "Failed to watch" at every retry; other errors go to
+// client-go's handler. The flag clears when an Authority event arrives.
+func (c *Controller) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	if !apierrors.IsNotFound(err) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		return
+	}
+	c.mu.Lock()
+	first := !c.noAPI
+	c.noAPI = true
+	c.mu.Unlock()
+	if first {
+		klog.FromContext(ctx).Error(err, "Nothing is published: the cluster does not serve Authorities (authorities.keyward.dev); install the CRD (kubectl apply -f deploy/crds/); retrying quietly")
+	}
 }

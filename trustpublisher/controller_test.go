@@ -3,6 +3,7 @@ package trustpublisher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,15 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -426,3 +431,62 @@ func TestFailingCanaryHealthRestartsTheSoak(t *testing.T) {
 }
 
 var _ runtime.Object = &v1alpha1.Authority{}
+
+// A sync that keeps failing the same way (say, the status write refused
+// for a missing authorities/status grant) is logged once at default
+// verbosity, again when the error changes, and its recovery once.
+func TestFailingSyncIsLoggedOncePerChange(t *testing.T) {
+	a, _, _ := bootstrapped(t)
+	h := newHarness(t, a)
+	var errorLines, infoLines []string
+	logger := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, `"error"`) {
+			errorLines = append(errorLines, args)
+		} else {
+			infoLines = append(infoLines, args)
+		}
+	}, funcr.Options{})
+	ctx := klog.NewContext(t.Context(), logger)
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "keyward.dev", Resource: "authorities/status"}, "example", errors.New("no patch grant"))
+	for range 5 {
+		h.c.logSyncResult(ctx, "example", forbidden)
+	}
+	if len(errorLines) != 1 {
+		t.Fatalf("5 identical failures logged %d error lines, want 1: %q", len(errorLines), errorLines)
+	}
+	h.c.logSyncResult(ctx, "example", errors.New("another failure"))
+	if len(errorLines) != 2 {
+		t.Fatalf("a changed failure logged %d error lines in all, want 2", len(errorLines))
+	}
+	h.c.logSyncResult(ctx, "example", nil)
+	h.c.logSyncResult(ctx, "example", nil)
+	if len(infoLines) != 1 {
+		t.Fatalf("recovery logged %d lines, want 1: %q", len(infoLines), infoLines)
+	}
+	h.c.logSyncResult(ctx, "example", forbidden)
+	if len(errorLines) != 3 {
+		t.Errorf("a failure after recovery logged %d error lines in all, want 3", len(errorLines))
+	}
+}
+
+// A cluster without the Authority CRD (every list answered 404) is said
+// once at default verbosity, not at every retry, and again after it was
+// served in between.
+func TestMissingAuthorityCRDIsSaidOnce(t *testing.T) {
+	a, _, _ := bootstrapped(t)
+	h := newHarness(t, a)
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{}))
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "keyward.dev", Resource: "authorities"}, "")
+	for range 4 {
+		h.c.watchError(ctx, nil, notFound)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "authorities.keyward.dev") {
+		t.Fatalf("4 refused lists logged %d lines, want 1 naming authorities.keyward.dev: %q", len(lines), lines)
+	}
+	h.c.enqueueAuthority(a)
+	h.c.watchError(ctx, nil, notFound)
+	if len(lines) != 2 {
+		t.Errorf("a 404 after the resource was served again logged %d lines in all, want 2", len(lines))
+	}
+}

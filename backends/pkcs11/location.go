@@ -48,6 +48,11 @@ type location struct {
 var knownAttrs = []string{"token", "serial", "object", "id", "type", "module-path", "pin-source", "algorithm"}
 
 func parseLocation(op, raw string, allowed []string) (location, error) {
+	if strings.HasPrefix(raw, Scheme+"://") {
+		// uri.Parse reads "//token" as an attribute name, which looks
+		// like a secret's (…token) and would be refused as a PIN.
+		return location{}, backends.Errorf(backends.ErrInvalidURI, op, raw, "scheme", "a pkcs11: URI has no '//' (RFC 7512): write pkcs11:token=…;object=…?module-path=…&pin-source=…")
+	}
 	u, err := uri.Parse(raw)
 	if err != nil {
 		// Parse's errors name the attribute at fault and quote no secret.

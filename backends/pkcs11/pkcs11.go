@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -669,6 +670,11 @@ func (t *token) openLocked() error {
 func (t *token) openError(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if _, serr := os.Stat(t.mod.path); serr != nil {
+		// crypto11 says only "failed to open module".
+		return backends.Errorf(backends.ErrPermanent, op, t.loc.String(), "module-path",
+			"cannot load the PKCS#11 module: %w (is the HSM's PKCS#11 library installed at this path?)", serr)
 	}
 	switch {
 	case isTokenNotFound(err):

@@ -9,6 +9,7 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,6 +289,7 @@ func TestURIErrorsNameThePart(t *testing.T) {
 		{"module not on the allowlist", "pkcs11:token=conformance;object=x?module-path=/tmp/evil.so" + pin, backends.ErrInvalidURI, "module-path"},
 		{"PIN in the URI", "pkcs11:token=conformance;object=x;pin-value=1234?module-path=" + mod, backends.ErrInvalidURI, "pin-value"},
 		{"slot number instead of a label", "pkcs11:slot-id=0;object=x?module-path=" + mod + pin, backends.ErrInvalidURI, "slot-id"},
+		{"scheme written with //", "pkcs11://token=conformance;object=x?module-path=" + mod + pin, backends.ErrInvalidURI, "scheme"},
 		{"no token", "pkcs11:object=x?module-path=" + mod + pin, backends.ErrInvalidURI, "token"},
 		{"no key label or id", "pkcs11:token=conformance?module-path=" + mod + pin, backends.ErrInvalidURI, "object"},
 		{"unknown attribute", "pkcs11:token=conformance;object=x;colour=red?module-path=" + mod + pin, backends.ErrInvalidURI, "colour"},
@@ -309,6 +311,21 @@ func TestURIErrorsNameThePart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A module path on the allowlist whose file does not exist says so, not
+// crypto11's bare "failed to open module".
+func TestMissingModuleFileIsNamed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libnothere.so")
+	p := newProvider(t, pkcs11.Options{AllowedModules: []string{missing}})
+	_, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{
+		URI:       "pkcs11:token=conformance;object=x?module-path=" + missing + "&pin-source=file:" + token.PINFile,
+		Algorithm: backends.ECDSAP256SHA256,
+	})
+	var be *backends.Error
+	if !errors.Is(err, backends.ErrPermanent) || !errors.As(err, &be) || be.Part != "module-path" || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("got %v, want a permanent error naming module-path and wrapping fs.ErrNotExist", err)
 	}
 }
 

@@ -210,7 +210,9 @@ func isNameChar(c byte) bool {
 // secret reports whether the attribute name, with this value, must not be
 // shown.
 func secret(name, value string) bool {
-	if value == "" || value == Redacted {
+	if value == "" || strings.TrimRight(value, ":,.)") == Redacted {
+		// Already redacted, maybe followed by the ": " of an error
+		// message that quotes the URI: keep the punctuation.
 		return false
 	}
 	n := normalize(name)

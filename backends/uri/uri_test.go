@@ -15,6 +15,7 @@ func TestRedactHidesSecretValuesAndKeepsTheRest(t *testing.T) {
 		{"PIN in the query", "pkcs11:token=a?pin-value=12?34&module-path=/m.so", "pkcs11:token=a?pin-value=REDACTED&module-path=/m.so"},
 		{"PIN in the path and the query", "pkcs11:pin-value=1?pin-value=2", "pkcs11:pin-value=REDACTED?pin-value=REDACTED"},
 		{"already redacted", "pkcs11:pin-value=REDACTED", "pkcs11:pin-value=REDACTED"},
+		{"an error quoting a redacted URI keeps its ': '", "create-key pkcs11:token=a?pin-source=REDACTED: pin-source: want pin-source=file:/path", "create-key pkcs11:token=a?pin-source=REDACTED: pin-source: want pin-source=file:/path"},
 		{"attribute names in upper case", "PKCS11:token=a;PIN-VALUE=1234?module-path=/m.so", "PKCS11:token=a;PIN-VALUE=REDACTED?module-path=/m.so"},
 		{"attribute names in mixed case", "pkcs11:token=a?Pin-Value=1234&Module-Path=/m.so", "pkcs11:token=a?Pin-Value=REDACTED&Module-Path=/m.so"},
 		{"a PIN whose ';' was not escaped", "pkcs11:pin-value=12;34;token=a", "pkcs11:pin-value=REDACTED;token=a"},

@@ -414,6 +414,12 @@ func CheckImport(certs []*x509.Certificate, pub crypto.PublicKey) (*Imported, er
 			}
 		}
 		if next < 0 {
+			for _, c := range pool {
+				if c != nil && string(c.RawSubject) == string(cur.RawIssuer) {
+					fp, _ := backends.Fingerprint(c.PublicKey)
+					return nil, fmt.Errorf("%w: %q given in the chain (key sha256:%s) did not sign %q: %v; is it another CA of the same name (a re-issued root)? give the issuer whose key signed it", ErrChain, c.Subject, fp, cur.Subject, cur.CheckSignatureFrom(c))
+				}
+			}
 			return nil, fmt.Errorf("%w: no issuer of %q (issuer %q) given: put the issuers up to the root in --chain or after the certificate", ErrChain, cur.Subject, cur.Issuer)
 		}
 		issuer := pool[next]

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,6 +221,23 @@ func TestCheckImportRefusals(t *testing.T) {
 	}
 	if _, err := CheckImport([]*x509.Certificate{good.cert, root.cert}, key.Public()); err != nil {
 		t.Errorf("a good chain is refused: %v", err)
+	}
+}
+
+// A root of the right name but another key (a re-issued root) is named as
+// the one that did not sign, not reported as "no issuer given".
+func TestCheckImportNamesAnIssuerOfTheRightNameThatDidNotSign(t *testing.T) {
+	root := newCA(t, nil, nil, "root", 1, nil)
+	impostor := newCA(t, nil, nil, "root", 1, nil)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	mid := newCA(t, root, key, "intermediate", 0, nil)
+	_, err := CheckImport([]*x509.Certificate{mid.cert, impostor.cert}, key.Public())
+	if !errors.Is(err, ErrChain) {
+		t.Fatalf("got %v, want ErrChain", err)
+	}
+	// The message is what this test is about.
+	if !strings.Contains(err.Error(), `"CN=root" given in the chain`) || !strings.Contains(err.Error(), "did not sign") {
+		t.Errorf("message %q does not say that the given root did not sign the intermediate", err)
 	}
 }
 

@@ -93,6 +93,8 @@ type Manager struct {
 	order   []string
 	leading atomic.Bool
 	synced  atomic.Bool
+	// noAPI: the latest Authority list was answered 404 (watchError).
+	noAPI atomic.Bool
 
 	closeMu sync.Mutex
 	closing map[backends.Signer]*time.Timer
@@ -135,6 +137,10 @@ func New(opts Options) (*Manager, error) {
 		m.signers[p.Name] = s
 		m.order = append(m.order, p.Name)
 	}
+	// Fails only once the informer runs: the caller runs it after New.
+	if err := opts.Informer.SetWatchErrorHandlerWithContext(m.watchError); err != nil {
+		return nil, fmt.Errorf("handling the Authority informer's watch errors: %w", err)
+	}
 	return m, nil
 }
 
@@ -149,6 +155,9 @@ func (m *Manager) Issuer(name string) issuer.Issuer {
 // Err is nil when every configured signer name has a generation that
 // issues; otherwise it says, per name, why not (for /readyz).
 func (m *Manager) Err() error {
+	if m.noAPI.Load() {
+		return ErrNoAuthorityAPI
+	}
 	var errs []error
 	for _, name := range m.order {
 		if err := m.signers[name].current.Load().err; err != nil {
@@ -185,6 +194,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			obj = d.Obj
 		}
 		if a, ok := obj.(*v1alpha1.Authority); ok {
+			m.apiServed(ctx)
 			if _, mine := m.signers[a.Spec.SignerName]; mine {
 				m.queue.Add(a.Spec.SignerName)
 			}
@@ -203,6 +213,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	m.synced.Store(true)
+	m.apiServed(ctx) // a list succeeded
 	// A signer name no Authority names gets no event: look at each once.
 	for _, name := range m.order {
 		m.queue.Add(name)

@@ -536,3 +536,53 @@ func TestRefusedPINIsNotRetried(t *testing.T) {
 	h.watch.Modify(fixed)
 	eventually(t, "the new key URI tried", func() bool { return h.pinRefused.Load() == 2 })
 }
+
+// A cluster without the Authority CRD answers every list 404: the signer
+// says so once at default verbosity, /readyz (Err) names the CRD, and both
+// clear once a list succeeds.
+func TestMissingAuthorityCRDIsSaidOnce(t *testing.T) {
+	var served atomic.Bool
+	var lists atomic.Int32
+	a := newTestCA(t, "a")
+	obj := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	lw := &cache.ListWatch{
+		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
+			lists.Add(1)
+			if !served.Load() {
+				return nil, apierrors.NewNotFound(schema.GroupResource{Group: "keyward.dev", Resource: "authorities"}, "")
+			}
+			return &v1alpha1.AuthorityList{Items: []v1alpha1.Authority{*obj}}, nil
+		},
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	}
+	inf := cache.NewSharedIndexInformer(noWatchList{lw}, &v1alpha1.Authority{}, 0, cache.Indexers{client.IndexSignerName: func(obj any) ([]string, error) {
+		return []string{obj.(*v1alpha1.Authority).Spec.SignerName}, nil
+	}})
+	reg, err := backends.NewRegistry(file.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{Writer: &recordingWriter{}, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
+		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
+			return reg.Open(ctx, backends.OpenRequest{URI: uri})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log defaultLog
+	ctx, cancel := context.WithCancel(log.context())
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.RunWithContext(ctx) })
+	wg.Go(func() { _ = m.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	eventually(t, "two refused lists", func() bool { return lists.Load() >= 2 })
+	if err := m.Err(); !errors.Is(err, ErrNoAuthorityAPI) {
+		t.Fatalf("Err() = %v, want ErrNoAuthorityAPI", err)
+	}
+	if n := log.count("authorities.keyward.dev"); n != 1 {
+		t.Fatalf("the missing CRD is logged %d times, want once; log:\n%s", n, strings.Join(log.lines, "\n"))
+	}
+	served.Store(true)
+	eventually(t, "the Active generation issues once the CRD is served", func() bool { return m.Err() == nil })
+}

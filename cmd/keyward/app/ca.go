@@ -331,6 +331,7 @@ type caInitOptions struct {
 // algorithmNames are the short names ca init accepts for --algorithm.
 var algorithmNames = map[string]backends.Algorithm{
 	"ECDSAP256": backends.ECDSAP256SHA256,
+	"RSA2048":   backends.RSA2048PKCS1SHA256, // known so that it is refused as weak, by name
 	"ECDSAP384": backends.ECDSAP384SHA384,
 	"RSA3072":   backends.RSA3072PKCS1SHA256,
 	"RSA4096":   backends.RSA4096PKCS1SHA256,

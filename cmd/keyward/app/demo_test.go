@@ -34,8 +34,8 @@ func TestDemoOnce(t *testing.T) {
 		"SANs:      log-shipper.demo-node\n",
 		// The rotation: every phase reached, as status shows it.
 		"authority/demo: generation demo-2 added (desired phase Staged)", "status:  demo-1 Active, demo-2 Staged",
-		"status shows map[demo-2:Promoted]", "status shows map[demo-2:Active]",
-		"status shows map[demo-1:Retiring]", "status shows map[demo-1:Retired]",
+		"status shows demo-2 Promoted", "status shows demo-2 Active",
+		"status shows demo-1 Retiring", "status shows demo-1 Retired",
 		// What kubelet's view of the bundles holds in the middle and at the end.
 		"status:  demo-1 Promoted, demo-2 Active\ncanary:  CN=keyward demo CA demo-1, CN=keyward demo CA demo-2\nlive:    CN=keyward demo CA demo-1, CN=keyward demo CA demo-2\n",
 		"status:  demo-1 Retired, demo-2 Active\ncanary:  CN=keyward demo CA demo-2\nlive:    CN=keyward demo CA demo-2\n",

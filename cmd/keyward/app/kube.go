@@ -78,12 +78,27 @@ func (k *kubeFlags) clients() (*authclient.Client, kubernetes.Interface, error) 
 // ErrNoAuthority means no Authority names the signer (or has the name).
 var ErrNoAuthority = errors.New("no Authority found")
 
+// ErrNoAuthorityCRD means the cluster does not serve the Authority
+// resource: its CRD is not installed.
+var ErrNoAuthorityCRD = errors.New("the cluster does not serve Authorities (authorities.keyward.dev): the CRD is not installed")
+
+// noCRD is the error for a request the apiserver answered 404 because it
+// does not serve the resource at all.
+func noCRD(err error) error {
+	return fmt.Errorf("%w; install it first: kubectl apply -f deploy/crds/ (docs/rotation.md#migrating-from-the-ca-block, step 1): %w", ErrNoAuthorityCRD, err)
+}
+
 // findAuthority reads the Authority named ref, or, when ref is a signer
 // name (it has a "/"), the one Authority whose spec.signerName is ref.
 func findAuthority(ctx context.Context, c *authclient.Client, ref string) (*v1alpha1.Authority, error) {
 	if !strings.Contains(ref, "/") {
 		a, err := c.Get(ctx, ref)
 		if apierrors.IsNotFound(err) {
+			// The object, or the whole resource? A list is never 404
+			// while the resource is served.
+			if _, lerr := c.List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(lerr) {
+				return nil, noCRD(lerr)
+			}
 			return nil, fmt.Errorf("%w: Authority %q does not exist", ErrNoAuthority, ref)
 		}
 		if err != nil {
@@ -105,6 +120,9 @@ func findAuthority(ctx context.Context, c *authclient.Client, ref string) (*v1al
 // are a conflict.
 func authorityForSigner(ctx context.Context, c *authclient.Client, signer string) (*v1alpha1.Authority, error) {
 	list, err := c.List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, noCRD(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing Authorities: %w", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,6 +38,47 @@ var ErrGateHolds = errors.New("a gate holds the transition")
 
 // ErrWaitTimeout: --wait ran out before status showed the phase.
 var ErrWaitTimeout = errors.New("timed out waiting for the phase")
+
+// ErrOverridePending means --force would replace an override the
+// controller has not applied yet.
+var ErrOverridePending = errors.New("another override is pending")
+
+// checkNoPendingOverride refuses to replace a pending override: it would
+// drop its generations silently (say, the Retired of a compromised key
+// whose successor's key is not ready yet).
+func checkNoPendingOverride(a *v1alpha1.Authority) error {
+	if _, ok := a.Annotations[v1alpha1.OverrideAnnotation]; !ok {
+		return nil
+	}
+	o, err := trustpublisher.ParseOverride(a)
+	if err != nil || o == nil {
+		return nil // unusable: the controller drops it; replacing it loses nothing
+	}
+	// An entry still waits when spec asks for its phase and status does
+	// not show it yet; arrived or stale entries the controller drops.
+	waiting := false
+	for gen, phase := range o.Generations {
+		desired, observed := v1alpha1.Phase(""), v1alpha1.Phase("")
+		for _, g := range a.Spec.Generations {
+			if g.Name == gen {
+				desired = g.Phase
+			}
+		}
+		for _, g := range a.Status.Generations {
+			if g.Name == gen {
+				observed = g.Phase
+			}
+		}
+		if desired == phase && observed != phase {
+			waiting = true
+		}
+	}
+	if !waiting {
+		return nil
+	}
+	return fmt.Errorf("%w on Authority %s: %s (reason %q, by %s), not yet applied by the controller (a gate no override skips holds it, or the trust publisher is not running: see keyward trust status); wait for it, or drop it with kubectl annotate authority %s %s-",
+		ErrOverridePending, a.Name, phaseList(o.Generations), o.Reason, orDash(o.RequestedBy), a.Name, v1alpha1.OverrideAnnotation)
+}
 
 // GateError is a refusal because the controller would hold the step.
 type GateError struct {
@@ -398,6 +441,9 @@ func (o *trustEditOptions) runPhase(ctx context.Context, out io.Writer, ref, gen
 			return nil
 		}
 		if o.force {
+			if err := checkNoPendingOverride(a); err != nil {
+				return err
+			}
 			if err := setOverride(edited, changed, o.reason, by); err != nil {
 				return err
 			}
@@ -458,12 +504,22 @@ func (o *trustEditOptions) waitFor(ctx context.Context, out io.Writer, ac *authc
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w: status of Authority %s does not show %v after %s", ErrWaitTimeout, name, want, o.timeout)
+			return fmt.Errorf("%w: status of Authority %s does not show %s after %s", ErrWaitTimeout, name, phaseList(want), o.timeout)
 		}
 		return err
 	}
-	fmt.Fprintf(out, "status shows %v\n", want)
+	fmt.Fprintf(out, "status shows %s\n", phaseList(want))
 	return nil
+}
+
+// phaseList reads "a Active, b Promoted", sorted by generation.
+func phaseList(m map[string]v1alpha1.Phase) string {
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + " " + string(m[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 type trustEmergencyOptions struct {
