@@ -327,6 +327,10 @@ type gapWatch struct {
 	samples int
 	gaps    []string
 	serials []*big.Int
+	// last is when the last sample was taken; maxInterval the longest
+	// time between two samples (what a gap could hide in).
+	last        time.Time
+	maxInterval time.Duration
 }
 
 func startGapWatch(t *testing.T, m certificate.Manager) *gapWatch {
@@ -355,6 +359,10 @@ func (g *gapWatch) sample() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.samples++
+	if !g.last.IsZero() {
+		g.maxInterval = max(g.maxInterval, now.Sub(g.last))
+	}
+	g.last = now
 	switch {
 	case c == nil || c.Leaf == nil:
 		g.gaps = append(g.gaps, now.UTC().Format(time.RFC3339Nano)+": no current certificate")
@@ -376,13 +384,35 @@ func (g *gapWatch) stop() {
 	<-g.done
 }
 
-// result stops the watch and returns the samples taken, the gaps seen and
-// the serials of the certificates seen in order.
-func (g *gapWatch) result() (int, []string, []*big.Int) {
+// check stops the watch and fails the test if any sample found no valid
+// certificate, or if the certificates the manager held were not exactly
+// held, in order (a certificate the sampler missed would leave room for a
+// gap it missed too). It logs what it saw.
+func (g *gapWatch) check(t *testing.T, held ...*tls.Certificate) {
+	t.Helper()
 	g.stop()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.samples, g.gaps, g.serials
+	if len(g.gaps) > 0 {
+		t.Errorf("%d of %d samples without a valid certificate, first: %s", len(g.gaps), g.samples, g.gaps[0])
+	}
+	var want []*big.Int
+	for _, c := range held {
+		want = append(want, c.Leaf.SerialNumber)
+	}
+	if !slices.EqualFunc(g.serials, want, func(a, b *big.Int) bool { return a.Cmp(b) == 0 }) {
+		t.Errorf("the sampler saw certificates %s, want %s (longest time between samples %s)", hexSerials(g.serials), hexSerials(want), g.maxInterval)
+	}
+	t.Logf("%d samples of Current() across %d renewals (at most %s apart), none without a valid certificate", g.samples, len(held)-1, g.maxInterval.Round(time.Microsecond))
+}
+
+// hexSerials prints serials as the signer logs them.
+func hexSerials(s []*big.Int) []string {
+	var out []string
+	for _, n := range s {
+		out = append(out, n.Text(16))
+	}
+	return out
 }
 
 // kubeletApprover runs keyward's approver, as its shipped service account
