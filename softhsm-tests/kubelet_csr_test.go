@@ -88,7 +88,8 @@ func issuedIn(csr certv1.CertificateSigningRequest, c *tls.Certificate) bool {
 // cannot be injected, and the apiserver's shortest CSR is 10 minutes).
 // Sampled every 2 ms throughout, the manager always holds a valid
 // certificate, and the file it keeps for a kubelet restart always holds
-// the newest.
+// the newest. A manager that asks for 10 minutes (expirationSeconds 600,
+// the apiserver's minimum) gets 10 minutes.
 func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	ctx := testContext(t)
 	signerName := certv1.KubeAPIServerClientKubeletSignerName
@@ -154,6 +155,18 @@ func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	if got := n.clientManager().Current(); got == nil || !slices.Equal(got.Certificate[0], m.Current().Certificate[0]) {
 		t.Errorf("a restarted manager starts with %s, want the newest certificate %s", describeCert(got), describeCert(m.Current()))
 	}
+
+	// A manager asking for the shortest lifetime the apiserver admits
+	// (expirationSeconds 600) gets it: min(maxLifetime, expirationSeconds).
+	short := newKubeletNode(t, ctx)
+	short.requestedLifetime = ptr(10 * time.Minute)
+	sm := short.clientManager()
+	sm.Start()
+	c := waitCurrent(t, ctx, sm, "a 10-minute client certificate", func(*x509.Certificate) bool { return true })
+	if got := c.Leaf.NotAfter.Sub(c.Leaf.NotBefore); got != 10*time.Minute {
+		t.Errorf("requested 10m, got a certificate valid for %s", got)
+	}
+	verifyLeaf(t, c, root, x509.ExtKeyUsageClientAuth)
 }
 
 // kubelet's serving certificate manager, configured as kubelet configures

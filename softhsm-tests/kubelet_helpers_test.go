@@ -49,6 +49,10 @@ type kubeletNode struct {
 	addresses atomic.Pointer[[]corev1.NodeAddress]
 	// renewFailures counts CertificateRenewFailure as kubelet's counter does.
 	renewFailures atomic.Int64
+	// requestedLifetime, when set, is the client manager's
+	// RequestedCertificateLifetime (spec.expirationSeconds); kubelet sets
+	// none.
+	requestedLifetime *time.Duration
 	// withCurrent counts the clientsets the client manager built from its
 	// current certificate (renewals), rather than the bootstrap credentials.
 	withCurrent atomic.Int64
@@ -127,11 +131,12 @@ func (n *kubeletNode) clientManager() certificate.Manager {
 			CommonName:   n.user(),
 			Organization: []string{"system:nodes"},
 		}},
-		SignerName:              certv1.KubeAPIServerClientKubeletSignerName,
-		GetUsages:               certificate.DefaultKubeletClientGetUsages,
-		CertificateStore:        store,
-		CertificateRenewFailure: counter{&n.renewFailures},
-		Name:                    "kubelet-client " + n.name,
+		SignerName:                   certv1.KubeAPIServerClientKubeletSignerName,
+		GetUsages:                    certificate.DefaultKubeletClientGetUsages,
+		RequestedCertificateLifetime: n.requestedLifetime,
+		CertificateStore:             store,
+		CertificateRenewFailure:      counter{&n.renewFailures},
+		Name:                         "kubelet-client " + n.name,
 	})
 	if err != nil {
 		n.t.Fatalf("kubelet client certificate manager: %v", err)
