@@ -12,6 +12,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,30 @@ func kubeletSignerConfig(t *testing.T, profiles ...string) *config.SignerConfigu
 		signers = append(signers, config.Signer{Name: config.KubernetesSignerNames[p], Profile: p})
 	}
 	return baseConfig(t, signers...)
+}
+
+// keywardForKubelet runs keyward for the kubernetes.io name of profile as
+// a cluster that hands it over from kube-controller-manager does: sign
+// granted on the name, a CA key in SoftHSM and its Authority Active, the
+// signer, and keyward's approver. It returns the CA's root.
+func keywardForKubelet(t *testing.T, ctx context.Context, profile string) *x509.Certificate {
+	t.Helper()
+	name := config.KubernetesSignerNames[profile]
+	grantSigner(t, ctx, name, "sign")
+	root := kubeletSignerCA(t, name, strings.ToLower(profile)+"-ca")
+	runSigner(t, kubeletSignerConfig(t, profile), profile+"-signer")
+	kubeletApprover(t, ctx, profile)
+	return root
+}
+
+// startManager starts m and waits for its first certificate.
+func startManager(t *testing.T, ctx context.Context, m certificate.Manager, what string) *tls.Certificate {
+	t.Helper()
+	start := time.Now()
+	m.Start()
+	c := waitCurrent(t, ctx, m, "the first "+what+" certificate", func(*x509.Certificate) bool { return true })
+	t.Logf("first %s certificate after %s: %s", what, time.Since(start).Round(time.Millisecond), describeCert(c))
+	return c
 }
 
 // checkKubeletCert checks what KEP-1513 requires of a certificate for a
@@ -93,17 +118,10 @@ func issuedIn(csr certv1.CertificateSigningRequest, c *tls.Certificate) bool {
 func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	ctx := testContext(t)
 	signerName := certv1.KubeAPIServerClientKubeletSignerName
-	grantSigner(t, ctx, signerName, "sign")
-	root := kubeletSignerCA(t, signerName, "kubelet-client-ca")
-	runSigner(t, kubeletSignerConfig(t, config.ProfileKubeAPIServerClientKubelet), "kubelet-client-signer")
+	root := keywardForKubelet(t, ctx, config.ProfileKubeAPIServerClientKubelet)
 	n := newKubeletNode(t, ctx, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.20.0.1"})
-	kubeletApprover(t, ctx, config.ProfileKubeAPIServerClientKubelet)
-
 	m := n.clientManager()
-	start := time.Now()
-	m.Start()
-	first := waitCurrent(t, ctx, m, "the first client certificate", func(*x509.Certificate) bool { return true })
-	t.Logf("first client certificate after %s: %s", time.Since(start).Round(time.Millisecond), describeCert(first))
+	first := startManager(t, ctx, m, "client")
 	verifyLeaf(t, first, root, x509.ExtKeyUsageClientAuth)
 	checkKubeletCert(t, n, first, x509.ExtKeyUsageClientAuth)
 	if csrs := csrsOf(t, ctx, signerName, n.user()); len(csrs) != 1 || !issuedIn(csrs[0], first) {
@@ -160,9 +178,7 @@ func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 	// (expirationSeconds 600) gets it: min(maxLifetime, expirationSeconds).
 	short := newKubeletNode(t, ctx)
 	short.requestedLifetime = ptr(10 * time.Minute)
-	sm := short.clientManager()
-	sm.Start()
-	c := waitCurrent(t, ctx, sm, "a 10-minute client certificate", func(*x509.Certificate) bool { return true })
+	c := startManager(t, ctx, short.clientManager(), "10-minute client")
 	if got := c.Leaf.NotAfter.Sub(c.Leaf.NotBefore); got != 10*time.Minute {
 		t.Errorf("requested 10m, got a certificate valid for %s", got)
 	}
@@ -180,20 +196,13 @@ func TestKubeletClientCertificateFromKeyward(t *testing.T) {
 func TestKubeletServingCertificateFromKeyward(t *testing.T) {
 	ctx := testContext(t)
 	signerName := certv1.KubeletServingSignerName
-	grantSigner(t, ctx, signerName, "sign")
-	root := kubeletSignerCA(t, signerName, "kubelet-serving-ca")
-	runSigner(t, kubeletSignerConfig(t, config.ProfileKubeletServing), "kubelet-serving-signer")
+	root := keywardForKubelet(t, ctx, config.ProfileKubeletServing)
 	n := newKubeletNode(t, ctx,
 		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "worker-1"},
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.1"},
 		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "worker-1.nodes.example"})
-	kubeletApprover(t, ctx, config.ProfileKubeletServing)
-
 	m := n.servingManager()
-	start := time.Now()
-	m.Start()
-	first := waitCurrent(t, ctx, m, "the first serving certificate", func(*x509.Certificate) bool { return true })
-	t.Logf("first serving certificate after %s: %s", time.Since(start).Round(time.Millisecond), describeCert(first))
+	first := startManager(t, ctx, m, "serving")
 	srv := serveWith(t, m)
 	check := func(what string, c *tls.Certificate, dns []string, ips []string) {
 		t.Helper()
@@ -322,8 +331,7 @@ func TestKubeletCSRsFollowCARotation(t *testing.T) {
 	n := newKubeletNode(t, ctx, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.40.0.1"})
 	kubeletApprover(t, ctx, config.ProfileKubeletServing)
 	m := n.servingManager()
-	m.Start()
-	first := waitCurrent(t, ctx, m, "the first serving certificate", func(*x509.Certificate) bool { return true })
+	first := startManager(t, ctx, m, "serving")
 	verifyLeaf(t, first, caA.root, x509.ExtKeyUsageServerAuth)
 	watch := startGapWatch(t, m)
 	addrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.40.0.1"}}
