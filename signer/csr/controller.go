@@ -39,6 +39,12 @@ const (
 	permissionWait  = 5 * time.Second
 	unavailableWait = time.Second
 	maxMessage      = 4096
+	// finishTimeout bounds the status write of a CSR in flight when
+	// shutdown begins (beyond the signature's own SignTimeout).
+	finishTimeout = 10 * time.Second
+	// loudRetries: a CSR still retrying after this many attempts is logged
+	// at default verbosity (once).
+	loudRetries = 5
 )
 
 // Signer is one CSR signer name the controller owns.
@@ -299,7 +305,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	after, err := c.sync(ctx, key)
 	switch {
 	case err != nil:
-		klog.FromContext(ctx).V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
+		logger := klog.FromContext(ctx)
+		if n := c.queue.NumRequeues(key); n == loudRetries {
+			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", n+1)
+		} else {
+			logger.V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
+		}
 		c.queue.AddRateLimited(key)
 	case after > 0:
 		c.queue.Forget(key)
@@ -313,8 +324,13 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // sync signs one approved CSR, or marks it Failed with the rule it broke.
 // An error means transient: retried with backoff. A certificate signed
 // for a UID is kept until written; it is never signed twice in one
-// process.
+// process. Once ctx has ended no new signature starts; a signature under
+// way and its status write finish on a context of their own, so that the
+// next leader need not sign again.
 func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, error) {
+	stop := ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
+	defer cancel()
 	s := c.signers[key.signer]
 	obj, exists, err := s.informer.GetIndexer().GetByKey(key.name)
 	if err != nil || !exists {
@@ -343,8 +359,12 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if v := s.Policy.Check(req, csr.Spec.Usages); v != nil {
 			return c.fail(ctx, s, csr, v)
 		}
+		if err := stop.Err(); err != nil {
+			return 0, err
+		}
 		auth, gen, err := s.Issuer.Current()
 		if err != nil {
+			// No generation may issue (the Issuer logs why, once).
 			return unavailableWait, nil
 		}
 		cert, err = c.issue(ctx, s, csr, req, auth, gen)
