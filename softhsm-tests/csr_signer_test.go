@@ -153,9 +153,11 @@ func TestCSRSigner(t *testing.T) {
 	const custom = "keyward.dev/csr-node-daemons"
 	const serving = "kubernetes.io/kubelet-serving"
 	const notOurs = "example.com/not-keyward"
+	const pods = "keyward.dev/csr-test-pods"
 	keyURI, caFile, root := caInToken(t, uniqueName(t, "csr-ca"))
 	activeAuthority(t, custom, keyURI, caFile)
 	activeAuthority(t, serving, keyURI, caFile)
+	activeAuthority(t, pods, keyURI, caFile)
 	// The extra grant docs/signers.md asks for (the shipped role covers
 	// keyward.dev/* only); taken away again before the RBAC test may run.
 	defer grantSign(t, ctx, serving)()
@@ -167,6 +169,8 @@ func TestCSRSigner(t *testing.T) {
 			DNSNames: []string{"*.daemons.example.com"}, KeyUsages: []string{"digital signature", "client auth"},
 		}},
 		config.Signer{Name: serving, Profile: config.ProfileKubeletServing},
+		// A PodCertificateRequest name beside them: one signer, one Lease.
+		config.Signer{Name: pods, Profile: config.ProfilePodIdentity},
 	)
 	runSigner(t, cfg, "csr-signer")
 	admin := cp.AdminClient()
@@ -223,6 +227,13 @@ func TestCSRSigner(t *testing.T) {
 		if leaf.Subject.CommonName != "system:node:"+node || leaf.KeyUsage != x509.KeyUsageDigitalSignature ||
 			!slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) || !slices.Equal(leaf.DNSNames, []string{node}) {
 			t.Errorf("leaf subject %v usages %v %v DNS %v", leaf.Subject, leaf.KeyUsage, leaf.ExtKeyUsage, leaf.DNSNames)
+		}
+	})
+	t.Run("the same signer issues PodCertificateRequests beside CSRs", func(t *testing.T) {
+		w := podOnNode(t, ctx, uniqueName(t, "node"), pods)
+		p, _ := createPCR(t, ctx, w, pods, pcrOptions{})
+		if got := condition(waitTerminal(t, ctx, p, 30*time.Second)); got.Type != "Issued" {
+			t.Fatalf("PCR condition %+v, want Issued", got)
 		}
 	})
 	t.Run("an unapproved CSR is never signed, and is once approved", func(t *testing.T) {
