@@ -9,10 +9,6 @@ package csr
 import (
 	"bytes"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
@@ -24,6 +20,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
 )
 
@@ -431,25 +428,7 @@ func (p *Policy) Lifetime(expirationSeconds *int32) time.Duration {
 }
 
 // KeyType names a subject key as allowedKeyTypes does.
-func KeyType(pub crypto.PublicKey) string {
-	switch k := pub.(type) {
-	case *rsa.PublicKey:
-		return fmt.Sprintf("RSA%d", k.N.BitLen())
-	case *ecdsa.PublicKey:
-		switch k.Curve {
-		case elliptic.P256():
-			return "ECDSAP256"
-		case elliptic.P384():
-			return "ECDSAP384"
-		case elliptic.P521():
-			return "ECDSAP521"
-		}
-		return "ECDSA" + k.Curve.Params().Name
-	case ed25519.PublicKey:
-		return "ED25519"
-	}
-	return fmt.Sprintf("%T", pub)
-}
+func KeyType(pub crypto.PublicKey) string { return pcr.KeyType(pub) }
 
 // selfSigned reports whether c is a root (its own issuer, its signature
 // verifying with its own key).
