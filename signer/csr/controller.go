@@ -460,7 +460,7 @@ func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.Cert
 			cur = fresh.DeepCopy()
 		case apierrors.IsInvalid(err):
 			c.update(csr.UID, func(r *reqRecord) { r.certificate = nil })
-			return c.fail(ctx, s, csr, violation("StatusRejected", "kube-apiserver refused the certificate: %v", err))
+			return c.fail(ctx, s, csr, violation(ReasonStatusRejected, "kube-apiserver refused the certificate: %v", err))
 		default:
 			return 0, err
 		}

@@ -143,11 +143,16 @@ docs/signers-config.yaml, as keyward enforces them; a test fails when this
 page and the configuration disagree. A CertificateSigningRequest that breaks
 a rule is marked ` + "`Failed`" + ` with a reason naming the rule
 (UnsupportedKeyType, CARequested, ExtensionNotPermitted, SubjectNotPermitted,
-SubjectAltNameNotPermitted, UsagesNotPermitted, InvalidRequest); keyward signs
+SubjectAltNameNotPermitted, UsagesNotPermitted, InvalidRequest; BackendFailure
+and StatusRejected when the CA key or kube-apiserver refuse for good, while a
+transient outage is retried and never fails a CSR); keyward signs
 only CSRs with ` + "`Approved`" + ` and without ` + "`Denied`" + `/` + "`Failed`" + `, sets
 status.certificate once, and never touches a CSR for a signer name it was not
 configured with. It needs ` + "`sign`" + ` on each name and never ` + "`approve`" + `.
-Rate limits (rateLimits) apply to PodCertificateRequests only.
+Rate limits (rateLimits) and failAfter apply to PodCertificateRequests only.
+Each signed or Failed CSR is one log line and a count in
+keyward_csr_outcomes_total{signer,outcome,reason}; a Failed one also gets a
+Warning Event (CSRs are cluster-scoped: ` + "`kubectl get events -n default`" + `).
 `
 
 const docFooter = `

@@ -45,6 +45,9 @@ const (
 	ReasonUsagesNotPermitted = "UsagesNotPermitted"
 	// ReasonBackendFailure: the CA key failed in a way no retry can cure.
 	ReasonBackendFailure = "BackendFailure"
+	// ReasonStatusRejected: kube-apiserver refused the certificate as
+	// invalid; signing again would be refused the same way.
+	ReasonStatusRejected = "StatusRejected"
 )
 
 // Violation is a rule a request breaks: a Failed condition's reason and
