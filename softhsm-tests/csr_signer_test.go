@@ -204,6 +204,19 @@ func TestCSRSigner(t *testing.T) {
 		if f := failedCondition(got); f == nil || f.Reason != csr.ReasonCARequested || len(got.Status.Certificate) > 0 {
 			t.Fatalf("status %+v, want Failed %s and no certificate", got.Status, csr.ReasonCARequested)
 		}
+		// The Warning Event says why, where kubectl describe finds it.
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			evs, err := admin.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + c.Name})
+			if err != nil {
+				return false, err
+			}
+			return slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
+				return e.Type == corev1.EventTypeWarning && e.Reason == csr.ReasonCARequested
+			}), nil
+		})
+		if err != nil {
+			t.Fatalf("no Warning Event %s on CSR %s: %v", csr.ReasonCARequested, c.Name, err)
+		}
 	})
 	t.Run("a CSR asking for a usage the signer does not issue is Failed", func(t *testing.T) {
 		c := newCSR(t, ctx, admin, custom, x509.CertificateRequest{Subject: pkix.Name{CommonName: "c.daemons.example.com"}},
