@@ -321,7 +321,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		if len(csrSigners) > 0 {
 			c, err := csr.New(csr.Options{Client: client, Signers: csrSigners, Workers: cfg.Workers,
-				Permissions: gate, Recorder: recorder, Metrics: reg})
+				Permissions: gate, Recorder: recorder, EventsPerSecond: cfg.Events.PerSecond, Metrics: reg})
 			if err != nil {
 				return fmt.Errorf("building the CertificateSigningRequest controller: %w", err)
 			}

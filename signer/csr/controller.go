@@ -64,8 +64,11 @@ type Options struct {
 	SignTimeout time.Duration
 	// Permissions, if set, blocks signer names the signer may not sign for.
 	Permissions pcr.Permissions
-	// Recorder, if set, records a Warning Event on each Failed CSR.
-	Recorder record.EventRecorder
+	// Recorder, if set, records a Warning Event on each Failed CSR, at
+	// most EventsPerSecond (burst ten seconds' worth; default
+	// config.DefaultEventsPerSecond); more are dropped.
+	Recorder        record.EventRecorder
+	EventsPerSecond float64
 	// Metrics, if set, gets keyward_csr_outcomes_total.
 	Metrics prometheus.Registerer
 	Clock   clock.Clock
@@ -124,6 +127,9 @@ func New(opts Options) (*Controller, error) {
 	if opts.Permissions == nil {
 		opts.Permissions = allowAll{}
 	}
+	if opts.EventsPerSecond <= 0 {
+		opts.EventsPerSecond = config.DefaultEventsPerSecond
+	}
 	c := &Controller{
 		opts: opts, signers: map[string]*signerState{}, records: map[types.UID]*reqRecord{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -133,7 +139,7 @@ func New(opts Options) (*Controller, error) {
 			Name: "keyward_csr_outcomes_total",
 			Help: "CertificateSigningRequests signed or marked Failed, by signer, outcome and reason.",
 		}, []string{"signer", "outcome", "reason"}),
-		events: rate.NewLimiter(10, 100),
+		events: rate.NewLimiter(rate.Limit(opts.EventsPerSecond), int(max(1, 10*opts.EventsPerSecond))),
 	}
 	if opts.Metrics != nil {
 		if err := opts.Metrics.Register(c.outcomes); err != nil {
