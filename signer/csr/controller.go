@@ -358,8 +358,11 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	}
 	if cert == nil {
 		req, err := ParseRequest(csr.Spec.Request)
-		var v *Violation
-		if errors.As(err, &v) {
+		if err != nil {
+			var v *Violation
+			if !errors.As(err, &v) {
+				v = violation(ReasonInvalidRequest, "%v", err)
+			}
 			return c.fail(ctx, s, csr, v)
 		}
 		if v := s.Policy.Check(req, csr.Spec.Usages); v != nil {

@@ -259,3 +259,21 @@ func TestARuleBreakerIsFailedWithAnEvent(t *testing.T) {
 		t.Fatal("no Event recorded")
 	}
 }
+
+// A spec.request that is no PKCS#10 request is Failed InvalidRequest.
+func TestAnUnparsableRequestIsFailed(t *testing.T) {
+	s, counting := unitSigner(t)
+	req := unitCSR(t, "garbage", unitName, true)
+	req.Spec.Request = []byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n")
+	c, client := unitController(t, s, nil, req)
+	if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name}); err != nil {
+		t.Fatal(err)
+	}
+	updates := statusUpdates(client)
+	if counting.n.Load() != 0 || len(updates) != 1 {
+		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.n.Load(), len(updates))
+	}
+	if conds := updates[0].Status.Conditions; conds[len(conds)-1].Reason != ReasonInvalidRequest {
+		t.Fatalf("conditions %+v, want Failed %s", conds, ReasonInvalidRequest)
+	}
+}
