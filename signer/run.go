@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/httpserve"
 	"github.com/keyward/keyward/kubeclient"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/signer/config"
@@ -542,32 +542,9 @@ func serve(ctx context.Context, cfg *config.SignerConfiguration, reg *prometheus
 		metrics.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 
-	var servers []*http.Server
-	stop := func() {
-		for _, s := range servers {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = s.Shutdown(sctx)
-			cancel()
-		}
-	}
-	var addrs []string
-	for _, l := range []struct {
-		addr string
-		h    http.Handler
-	}{{cfg.MetricsAddress, metrics}, {cfg.HealthAddress, health}} {
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			stop()
-			return "", "", nil, fmt.Errorf("listening on %s: %w", l.addr, err)
-		}
-		srv := &http.Server{Handler: l.h, ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, srv)
-		addrs = append(addrs, ln.Addr().String())
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.FromContext(ctx).Error(err, "HTTP server stopped", "addr", ln.Addr().String())
-			}
-		}()
+	addrs, stop, err := httpserve.Start(ctx, httpserve.Endpoint{Addr: cfg.MetricsAddress, Handler: metrics}, httpserve.Endpoint{Addr: cfg.HealthAddress, Handler: health})
+	if err != nil {
+		return "", "", nil, err
 	}
 	return addrs[0], addrs[1], stop, nil
 }

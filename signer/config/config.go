@@ -167,7 +167,8 @@ type Signer struct {
 	// name issues (profile csr): KEP-1513's signer properties.
 	CSR *CSRPolicy `json:"csr,omitempty"`
 	// Approval configures `keyward approver` for this CSR signer name.
-	// Without it, the approver leaves the name's CSRs alone.
+	// Without it, the approver leaves a csr name's CSRs alone; the two
+	// kubelet names are approved under their built-in rules either way.
 	Approval *Approval `json:"approval,omitempty"`
 }
 
@@ -482,6 +483,8 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	}
 	if s.Approval != nil && !IsCSRProfile(s.Profile) {
 		errs = append(errs, field.Invalid(p.Child("approval"), "…", "applies only to CertificateSigningRequest profiles"))
+	} else {
+		errs = append(errs, validateApproval(s.Approval, s.Profile, p.Child("approval"))...)
 	}
 	for j, kt := range s.AllowedKeyTypes {
 		if !slices.Contains(apiserverKeyTypes, kt) {

@@ -1,0 +1,424 @@
+// Package approver is keyward's CertificateSigningRequest approver: it
+// approves or denies CSRs for the configured signer names that keyward
+// approves (the two kubelet names, and csr names with an approval
+// section), writing only the approval subresource. Kubelet client CSRs are
+// approved exactly as kube-controller-manager's csrapproving controller
+// does (a SubjectAccessReview on certificatesigningrequests/nodeclient or
+// selfnodeclient); kubelet serving CSRs only for the node itself and for
+// names and addresses its Node object lists; custom names by the rules of
+// the configuration, deny by default. It never touches a CSR that is
+// already Approved, Denied or Failed, or that has a certificate.
+package approver
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/keyward/keyward/signer/config"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	certinformers "k8s.io/client-go/informers/certificates/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// DefaultNodeWait is how long a kubelet serving CSR waits for its Node
+// object before it is Denied (NodeNotFound).
+const DefaultNodeWait = 5 * time.Minute
+
+// Signer names whose approval rules are built in.
+var (
+	kubeletClientName  = config.KubernetesSignerNames[config.ProfileKubeAPIServerClientKubelet]
+	kubeletServingName = config.KubernetesSignerNames[config.ProfileKubeletServing]
+)
+
+// Options configure New.
+type Options struct {
+	Client kubernetes.Interface
+	// Signers are the configured signer names; those the approver serves
+	// are picked by Approves.
+	Signers []config.Signer
+	Workers int
+	// NodeWait bounds how long a kubelet serving CSR whose Node does not
+	// exist is looked at again before it is Denied (default DefaultNodeWait,
+	// counted from the CSR's creation).
+	NodeWait time.Duration
+	Metrics  *Metrics
+	// Recorder, if set, records an Event on each CSR approved or denied.
+	Recorder record.EventRecorder
+	Clock    clock.Clock
+}
+
+// Approves reports whether the approver acts on CSRs for s: the kubelet
+// client and serving names always, a csr name only with an approval
+// section; never kubernetes.io/kube-apiserver-client.
+func Approves(s config.Signer) bool {
+	switch s.Profile {
+	case config.ProfileKubeAPIServerClientKubelet, config.ProfileKubeletServing:
+		return true
+	case config.ProfileCSR:
+		return s.Approval != nil
+	}
+	return false
+}
+
+type rules struct {
+	name     string
+	serving  *servingRules
+	custom   *customRules
+	informer cache.SharedIndexInformer
+}
+
+type queueKey struct{ signer, name string }
+
+// Controller approves CSRs. Build it with New, run it with Run.
+type Controller struct {
+	opts  Options
+	rules map[string]*rules
+	queue workqueue.TypedRateLimitingInterface[queueKey]
+
+	mu     sync.Mutex
+	synced bool
+}
+
+// New validates opts and builds the controller. It starts nothing.
+func New(opts Options) (*Controller, error) {
+	if opts.Client == nil || opts.Metrics == nil {
+		return nil, errors.New("approver needs a client and metrics")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = config.DefaultWorkers
+	}
+	if opts.NodeWait <= 0 {
+		opts.NodeWait = DefaultNodeWait
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	c := &Controller{opts: opts, rules: map[string]*rules{},
+		// kube-controller-manager's certificate controllers back off from
+		// 200ms to 1000s: a CSR whose SubjectAccessReview says no is looked
+		// at again, rarely, in case the grant comes.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, 1000*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "keyward-approver"}),
+	}
+	for _, s := range opts.Signers {
+		if !Approves(s) {
+			continue
+		}
+		r := &rules{name: s.Name}
+		var err error
+		switch s.Profile {
+		case config.ProfileKubeletServing:
+			r.serving, err = newServingRules(s.Approval)
+		case config.ProfileCSR:
+			r.custom, err = newCustomRules(s.Approval, s.CSR)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("signer %s: %w", s.Name, err)
+		}
+		c.rules[s.Name] = r
+	}
+	return c, nil
+}
+
+// SignerNames are the names the controller approves for.
+func (c *Controller) SignerNames() []string {
+	var out []string
+	for n := range c.rules {
+		out = append(out, n)
+	}
+	return out
+}
+
+// HasSynced reports whether every informer has synced (for /readyz).
+func (c *Controller) HasSynced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
+}
+
+// Run starts one informer per signer name (a spec.signerName field
+// selector) and the workers, and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	if len(c.rules) == 0 {
+		// A configuration shared with the signer may have nothing to
+		// approve yet; say so once and idle rather than crash-loop.
+		logger.Info("Nothing to approve: configure a kubeAPIServerClientKubelet or kubeletServing signer name, or a csr name with an approval section")
+		c.mu.Lock()
+		c.synced = true
+		c.mu.Unlock()
+		<-ctx.Done()
+		return nil
+	}
+	var syncs []cache.InformerSynced
+	for name, r := range c.rules {
+		r.informer = certinformers.NewFilteredCertificateSigningRequestInformer(c.opts.Client, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
+			})
+		if _, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueue(name, obj) },
+			UpdateFunc: func(_, obj any) { c.enqueue(name, obj) },
+		}); err != nil {
+			return fmt.Errorf("watching CSRs for %s: %w", name, err)
+		}
+		go r.informer.Run(ctx.Done())
+		syncs = append(syncs, r.informer.HasSynced)
+	}
+	logger.Info("Waiting for caches", "signers", c.SignerNames())
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("caches did not sync")
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+	logger.Info("Caches synced; approving", "workers", c.opts.Workers)
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) enqueue(signer string, obj any) {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !ok || decided(csr) {
+		return
+	}
+	c.queue.Add(queueKey{signer: signer, name: csr.Name})
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+// waitError asks for the key to be looked at again after a fixed time.
+type waitError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if ctx.Err() != nil {
+		return false
+	}
+	err := c.sync(ctx, key)
+	var w *waitError
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case errors.As(err, &w):
+		klog.FromContext(ctx).V(2).Info("Looking again later", "csr", key.name, "signer", key.signer, "after", w.after, "reason", err)
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, w.after)
+	default:
+		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
+		klog.FromContext(ctx).V(2).Info("Retrying with backoff", "csr", key.name, "signer", key.signer, "err", err)
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// decided reports whether a CSR already has an outcome the approver must
+// not change: Approved, Denied, Failed, or a certificate.
+func decided(csr *certificatesv1.CertificateSigningRequest) bool {
+	if len(csr.Status.Certificate) > 0 {
+		return true
+	}
+	for _, cond := range csr.Status.Conditions {
+		switch cond.Type {
+		case certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
+			return true
+		}
+	}
+	return false
+}
+
+// sync decides one CSR. Permanent outcomes are written as an Approved or
+// Denied condition and return nil; a CSR the rules leave alone returns nil
+// too (logged at V(2)); transient failures return an error.
+func (c *Controller) sync(ctx context.Context, key queueKey) error {
+	r := c.rules[key.signer]
+	if r == nil {
+		return nil
+	}
+	obj, exists, err := r.informer.GetStore().GetByKey(key.name)
+	if err != nil || !exists {
+		return err
+	}
+	return c.decide(ctx, obj.(*certificatesv1.CertificateSigningRequest))
+}
+
+// decide is sync for one CSR as the cache holds it (not modified).
+func (c *Controller) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	r := c.rules[csr.Spec.SignerName]
+	if r == nil || decided(csr) {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "signer", r.name, "user", csr.Spec.Username)
+	req, err := parseRequest(csr.Spec.Request)
+	if err != nil {
+		// The apiserver parses spec.request on create, so this is not
+		// expected. kube-controller-manager leaves such a kubelet client
+		// CSR undecided; for the names with keyward's own rules, no rule
+		// can approve it.
+		if r.name == kubeletClientName {
+			logger.V(2).Info("Leaving CSR undecided: spec.request does not parse", "err", err)
+			return nil
+		}
+		return c.write(ctx, csr, false, ReasonInvalidRequest, fmt.Sprintf("parsing spec.request: %v", err))
+	}
+	switch {
+	case r.name == kubeletClientName:
+		return c.syncKubeletClient(ctx, logger, csr, req)
+	case r.serving != nil:
+		return c.syncKubeletServing(ctx, r.serving, csr, req)
+	case r.custom != nil:
+		if d := r.custom.check(csr, req); d != nil {
+			return c.write(ctx, csr, false, d.reason, d.message)
+		}
+		return c.write(ctx, csr, true, ReasonAutoApproved, "Approved by keyward: the requester is in approval.users/groups and the request is within the signer's csr rules")
+	}
+	return nil
+}
+
+// errNotAuthorized: a recognised kubelet client CSR whose requester the
+// SubjectAccessReviews did not allow; left undecided and looked at again
+// with backoff, as kube-controller-manager does.
+var errNotAuthorized = errors.New("recognised as a kubelet client CSR but no SubjectAccessReview allowed the requester")
+
+type recognizer struct {
+	subresource string
+	self        bool
+	message     string
+}
+
+// The order is kube-controller-manager's: a node renewing its own
+// credential first, then bootstrap.
+var kubeletClientRecognizers = []recognizer{
+	{subresource: "selfnodeclient", self: true, message: "Auto approving self kubelet client certificate after SubjectAccessReview (keyward)."},
+	{subresource: "nodeclient", message: "Auto approving kubelet client certificate after SubjectAccessReview (keyward)."},
+}
+
+func (c *Controller) syncKubeletClient(ctx context.Context, logger klog.Logger, csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) error {
+	if why := kubeletClientMismatch(req, csr.Spec.Usages); why != "" {
+		logger.V(2).Info("Leaving CSR undecided: not a kubelet client CSR kube-controller-manager would approve", "why", why)
+		return nil
+	}
+	var tried []string
+	for _, rec := range kubeletClientRecognizers {
+		if rec.self && csr.Spec.Username != req.Subject.CommonName {
+			continue
+		}
+		tried = append(tried, rec.subresource)
+		allowed, err := c.authorize(ctx, csr, rec.subresource)
+		if err != nil {
+			return err
+		}
+		if allowed {
+			return c.write(ctx, csr, true, ReasonAutoApproved, rec.message)
+		}
+	}
+	return fmt.Errorf("%w (create on certificatesigningrequests/%v)", errNotAuthorized, tried)
+}
+
+// authorize asks the apiserver whether the CSR's requester may create
+// certificatesigningrequests/subresource.
+func (c *Controller) authorize(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, subresource string) (bool, error) {
+	extra := map[string]authorizationv1.ExtraValue{}
+	for k, v := range csr.Spec.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	sar, err := c.opts.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: csr.Spec.Username, UID: csr.Spec.UID, Groups: csr.Spec.Groups, Extra: extra,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "create", Subresource: subresource,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("creating a SubjectAccessReview for %s: %w", subresource, err)
+	}
+	return sar.Status.Allowed, nil
+}
+
+func (c *Controller) syncKubeletServing(ctx context.Context, r *servingRules, csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) error {
+	nodeName, d := servingShape(csr, req)
+	if d != nil {
+		return c.write(ctx, csr, false, d.reason, d.message)
+	}
+	node, err := c.opts.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		waited := c.opts.Clock.Since(csr.CreationTimestamp.Time)
+		if waited >= c.opts.NodeWait {
+			return c.write(ctx, csr, false, ReasonNodeNotFound, fmt.Sprintf("Node %s does not exist (waited %s after the CSR was created)", nodeName, c.opts.NodeWait))
+		}
+		return &waitError{after: min(10*time.Second, c.opts.NodeWait-waited), err: fmt.Errorf("getting Node %s: %w", nodeName, err)}
+	}
+	if err != nil {
+		return fmt.Errorf("getting Node %s: %w", nodeName, err)
+	}
+	if d := r.servingSANs(req, node); d != nil {
+		return c.write(ctx, csr, false, d.reason, d.message)
+	}
+	return c.write(ctx, csr, true, ReasonAutoApproved, fmt.Sprintf("Approved by keyward: requested by node %s itself, every subjectAltName is among Node %s's status.addresses", nodeName, nodeName))
+}
+
+// write adds the Approved or Denied condition through the approval
+// subresource, records the outcome and logs it once.
+func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, approve bool, reason, message string) error {
+	csr = csr.DeepCopy()
+	message = truncate(message, maxConditionMessage)
+	typ, outcome, eventType := certificatesv1.CertificateDenied, "denied", corev1.EventTypeWarning
+	if approve {
+		typ, outcome, eventType = certificatesv1.CertificateApproved, "approved", corev1.EventTypeNormal
+	}
+	now := metav1.NewTime(c.opts.Clock.Now())
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: message, LastUpdateTime: now, LastTransitionTime: now,
+	})
+	if _, err := c.opts.Client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the %s condition: %w", typ, err)
+	}
+	c.opts.Metrics.Decisions.WithLabelValues(csr.Spec.SignerName, outcome, reason).Inc()
+	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", truncate(message, maxEventMessage))
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Event(csr, eventType, reason, truncate(message, maxEventMessage))
+	}
+	return nil
+}
