@@ -119,11 +119,11 @@ func describe(s config.Signer) [7]string {
 		}
 		cn := "no CN"
 		if len(c.CommonNames) > 0 {
-			cn = "CN absent or matching " + quoteList(c.CommonNames)
+			cn = "a CN matching " + quoteList(c.CommonNames) + " (case-sensitive; a `*.` label is never `*` itself)"
 		}
 		return [7]string{c.TrustDistribution,
 			cn + "; O only among " + quoteList(c.Organizations) + "; no other subject attribute; " + keys,
-			"subjectAltName only: DNS names matching " + quoteList(c.DNSNames) + ", IP addresses in " + quoteList(c.IPRanges) +
+			"subjectAltName only: DNS names matching " + quoteList(c.DNSNames) + " (case-insensitive), IP addresses in " + quoteList(c.IPRanges) +
 				", URIs matching " + quoteList(c.URIs) + ", no email addresses; basicConstraints CA:FALSE, keyUsage and extKeyUsage in the request are tolerated and ignored; any other requested extension is Failed (ExtensionNotPermitted)",
 			"a non-empty subset of " + quoteList(c.KeyUsages) + "; " + usageNote,
 			csrLifetime, csrNoCA, csrChain}

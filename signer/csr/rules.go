@@ -282,7 +282,9 @@ func (p *Policy) checkCustom(req *x509.CertificateRequest, usages []certv1.KeyUs
 			return violation(ReasonSubjectNotPermitted, "signer %s permits only CN and O in the subject; the request has attribute %s", p.Name, a.Type)
 		}
 	}
-	if cn := req.Subject.CommonName; cn != "" && !matchAny(c.CommonNames, cn, true) {
+	// A CN is required once commonNames are set ("*" alone admits none
+	// too), and refused while they are not: the approver reads them alike.
+	if cn := req.Subject.CommonName; (cn != "" || len(c.CommonNames) > 0) && !matchAny(c.CommonNames, cn, false) {
 		return violation(ReasonSubjectNotPermitted, "subject CN %q matches none of signer %s's commonNames %q", cn, p.Name, c.CommonNames)
 	}
 	for _, o := range req.Subject.Organization {
@@ -291,7 +293,7 @@ func (p *Policy) checkCustom(req *x509.CertificateRequest, usages []certv1.KeyUs
 		}
 	}
 	for _, d := range req.DNSNames {
-		if !matchAny(c.DNSNames, d, false) {
+		if !matchAny(c.DNSNames, d, true) {
 			return violation(ReasonSANNotPermitted, "DNS name %q matches none of signer %s's dnsNames %q", d, p.Name, c.DNSNames)
 		}
 	}
@@ -319,21 +321,22 @@ func (p *Policy) checkCustom(req *x509.CertificateRequest, usages []certv1.KeyUs
 	return nil
 }
 
-// matchAny reports whether v matches one of the patterns: exact, "*."
-// plus a suffix (one non-empty DNS label in front), or (where any) "*".
-func matchAny(patterns []string, v string, any bool) bool {
+// matchAny reports whether v matches one of the patterns: "*" anything,
+// "*." plus a suffix one DNS label (not itself "*") in front of the
+// suffix, else v itself; fold compares case-insensitively (DNS names).
+// Config validation allows "*" alone only for commonNames.
+func matchAny(patterns []string, v string, fold bool) bool {
+	eq := func(a, b string) bool { return a == b || fold && strings.EqualFold(a, b) }
 	for _, pat := range patterns {
 		switch {
 		case pat == "*":
-			if any {
-				return true
-			}
+			return true
 		case strings.HasPrefix(pat, "*."):
 			label, rest, ok := strings.Cut(v, ".")
-			if ok && label != "" && strings.EqualFold(rest, pat[2:]) {
+			if ok && label != "" && label != "*" && eq(rest, pat[2:]) {
 				return true
 			}
-		case strings.EqualFold(pat, v):
+		case eq(pat, v):
 			return true
 		}
 	}
