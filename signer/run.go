@@ -1,5 +1,6 @@
 // Package signer runs keyward's signer: it turns a SignerConfiguration into
-// profiles and the PodCertificateRequest controller, reads each signer
+// profiles, the PodCertificateRequest and CertificateSigningRequest
+// controllers, reads each signer
 // name's CA generations from its Authority object (signer/generations),
 // serves metrics and health, and issues only while it holds the leader
 // Lease.
@@ -22,6 +23,7 @@ import (
 	"github.com/keyward/keyward/kubeclient"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/csr"
 	"github.com/keyward/keyward/signer/generations"
 	"github.com/keyward/keyward/signer/pcr"
 	"github.com/keyward/keyward/signer/profile"
@@ -86,6 +88,24 @@ type state struct {
 	leading     atomic.Bool
 	standby     atomic.Bool
 	controller  atomic.Pointer[pcr.Controller]
+	csr         atomic.Pointer[csr.Controller]
+	// wantPCR and wantCSR say which controllers run while leading.
+	wantPCR, wantCSR atomic.Bool
+}
+
+// synced reports whether every controller that runs has synced its caches.
+func (s *state) synced() bool {
+	if s.wantPCR.Load() {
+		if c := s.controller.Load(); c == nil || !c.HasSynced() {
+			return false
+		}
+	}
+	if s.wantCSR.Load() {
+		if c := s.csr.Load(); c == nil || !c.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // alive is nil unless a CA key has a backend call stuck for so long that
@@ -135,7 +155,7 @@ func (s *state) ready() error {
 	}
 	switch {
 	case s.leading.Load():
-		if c := s.controller.Load(); c == nil || !c.HasSynced() {
+		if !s.synced() {
 			return errors.New("leading, caches not synced yet")
 		}
 		return nil
@@ -204,20 +224,35 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	version := o.PodCertificateVersion
-	if version == "" {
-		if version, err = kubeclient.PodCertificateVersion(client.Discovery()); err != nil {
-			return err
-		}
+	csrSigners, err := buildCSRSigners(cfg, gens.Manager)
+	if err != nil {
+		return err
 	}
-	logger.Info("Serving PodCertificateRequests", "version", "certificates.k8s.io/"+version, "signers", len(signers))
+	st.wantPCR.Store(len(signers) > 0)
+	st.wantCSR.Store(len(csrSigners) > 0)
+	var version string
+	if len(signers) > 0 {
+		version = o.PodCertificateVersion
+		if version == "" {
+			if version, err = kubeclient.PodCertificateVersion(client.Discovery()); err != nil {
+				return err
+			}
+		}
+		logger.Info("Serving PodCertificateRequests", "version", "certificates.k8s.io/"+version, "signers", len(signers))
+	}
+	if len(csrSigners) > 0 {
+		logger.Info("Serving CertificateSigningRequests", "version", "certificates.k8s.io/v1", "signers", len(csrSigners))
+	}
 
 	// Every replica checks its grants, so that a missing one shows in
 	// /readyz and the log before any request meets it; the gate keeps the
-	// controller from signing for a name it may not sign for.
-	names := make([]string, len(signers))
-	for i, s := range signers {
-		names[i] = s.Name
+	// controllers from signing for a name they may not sign for.
+	var names []string
+	for _, s := range signers {
+		names = append(names, s.Name)
+	}
+	for _, s := range csrSigners {
+		names = append(names, s.Policy.Name)
 	}
 	gate := pcr.NewPermissionGate(client, names, clock.RealClock{}, func(name string, missing bool) {
 		v := 0.0
@@ -226,6 +261,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		metrics.PermissionMissing.WithLabelValues(name).Set(v)
 	})
+	gate.Required = pcr.RequiredPermissions(len(signers) > 0, len(csrSigners) > 0)
 	if o.PermissionRecheck > 0 {
 		gate.Recheck = o.PermissionRecheck
 	}
@@ -265,28 +301,42 @@ func Run(ctx context.Context, o Options) error {
 	// stops on its own is an error: the replica gives up the Lease and
 	// exits rather than hold it while issuing nothing.
 	lead := func(ctx context.Context) error {
-		c, err := pcr.New(pcr.Options{
-			Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
-			FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Permissions: gate, Recorder: recorder,
-			EventPolicy: pcr.EventPolicy{Issued: cfg.Events.Issued, WarningsPerSecond: cfg.Events.PerSecond, NormalPerSecond: cfg.Events.PerSecond},
-		})
-		if err != nil {
-			return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
-		}
-		st.controller.Store(c)
-		env := LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: names,
-			NewRecorder: func(component string) record.EventRecorder {
-				return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-			}}
-		runs := []func(context.Context) error{
-			func(ctx context.Context) error {
+		runs := []func(context.Context) error{gens.Lead}
+		if len(signers) > 0 {
+			c, err := pcr.New(pcr.Options{
+				Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
+				FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Permissions: gate, Recorder: recorder,
+				EventPolicy: pcr.EventPolicy{Issued: cfg.Events.Issued, WarningsPerSecond: cfg.Events.PerSecond, NormalPerSecond: cfg.Events.PerSecond},
+			})
+			if err != nil {
+				return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
+			}
+			st.controller.Store(c)
+			runs = append(runs, func(ctx context.Context) error {
 				if err := c.Run(ctx); err != nil {
 					return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
 				}
 				return nil
-			},
-			gens.Lead,
+			})
 		}
+		if len(csrSigners) > 0 {
+			c, err := csr.New(csr.Options{Client: client, Signers: csrSigners, Workers: cfg.Workers,
+				Permissions: gate, Recorder: recorder, EventsPerSecond: cfg.Events.PerSecond, Metrics: reg})
+			if err != nil {
+				return fmt.Errorf("building the CertificateSigningRequest controller: %w", err)
+			}
+			st.csr.Store(c)
+			runs = append(runs, func(ctx context.Context) error {
+				if err := c.Run(ctx); err != nil {
+					return fmt.Errorf("running the CertificateSigningRequest controller: %w", err)
+				}
+				return nil
+			})
+		}
+		env := LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: names,
+			NewRecorder: func(component string) record.EventRecorder {
+				return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+			}}
 		for _, c := range o.AlsoLead {
 			runs = append(runs, func(ctx context.Context) error { return c(ctx, env) })
 		}
@@ -403,10 +453,32 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 	return &runningGenerations{Manager: m, informer: inf}, nil
 }
 
-// buildSigners builds each signer name's policy; its CA comes from gens.
+// buildCSRSigners builds the policy of each signer name with a CSR
+// profile; it issues through the same Issuer a PodCertificateRequest
+// signer name would.
+func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*csr.Signer, error) {
+	var out []*csr.Signer
+	for _, sc := range cfg.Signers {
+		if !config.IsCSRProfile(sc.Profile) {
+			continue
+		}
+		p, err := csr.NewPolicy(sc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &csr.Signer{Policy: p, Issuer: gens.Issuer(sc.Name)})
+	}
+	return out, nil
+}
+
+// buildSigners builds the policy of each signer name with a
+// PodCertificateRequest profile; its CA comes from gens.
 func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*pcr.Signer, error) {
 	var out []*pcr.Signer
 	for _, sc := range cfg.Signers {
+		if config.IsCSRProfile(sc.Profile) {
+			continue
+		}
 		prof, err := profile.New(sc)
 		if err != nil {
 			return nil, err

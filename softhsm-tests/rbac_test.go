@@ -9,7 +9,8 @@ import (
 
 // The shipped RBAC (deploy/base/rbac.yaml) gives the signer's service
 // account what the PodCertificateRequest signer and the trust publisher
-// need and nothing more; the
+// need (PodCertificateRequests, CertificateSigningRequests) and nothing
+// more; the
 // apiserver's own authorizer answers each question.
 func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	ctx := testContext(t)
@@ -24,6 +25,9 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	}
 	ctb := func(verb string) attrs {
 		return attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: verb}
+	}
+	csr := func(verb, sub string) attrs {
+		return attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: sub, Verb: verb}
 	}
 	auth := func(verb, sub string) attrs {
 		return attrs{Group: "keyward.dev", Resource: "authorities", Subresource: sub, Verb: verb}
@@ -73,8 +77,19 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 		{"does not update an Authority's spec", auth("update", ""), false},
 		{"does not delete Authorities", auth("delete", ""), false},
 		{"does not update an Authority's status (applies it)", auth("update", "status"), false},
-		{"does not write CSR status", attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "status", Verb: "update"}, false},
-		{"does not approve CSRs", attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "approval", Verb: "update"}, false},
+		// The CertificateSigningRequest signer: read CSRs, write their
+		// status, never approve, never change a spec.
+		{"lists CSRs", csr("list", ""), true},
+		{"watches CSRs", csr("watch", ""), true},
+		{"gets a CSR", csr("get", ""), true},
+		{"updates a CSR's status", csr("update", "status"), true},
+		{"does not approve CSRs", csr("update", "approval"), false},
+		{"does not patch a CSR's approval", csr("patch", "approval"), false},
+		{"does not update a CSR's spec", csr("update", ""), false},
+		{"does not create CSRs", csr("create", ""), false},
+		{"does not delete CSRs", csr("delete", ""), false},
+		{"does not approve for keyward.dev signer names", signerVerb("approve", "keyward.dev/*"), false},
+		{"does not sign for kubernetes.io/kubelet-serving without the documented extra grant", signerVerb("sign", "kubernetes.io/kubelet-serving"), false},
 		{"does not read Secrets", attrs{Resource: "secrets", Verb: "get", Namespace: signerNamespace}, false},
 		{"does not read Namespaces", attrs{Resource: "namespaces", Verb: "list"}, false},
 		{"does not touch Leases elsewhere", attrs{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: "kube-system", Name: "kube-controller-manager"}, false},

@@ -471,6 +471,8 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	case ProfileCSR:
 		if s.CSR == nil {
 			errs = append(errs, field.Required(p.Child("csr"), "profile csr states its rules in csr (trustDistribution, keyUsages, subjects, SANs)"))
+		} else {
+			errs = append(errs, s.CSR.validate(p.Child("csr"))...)
 		}
 	default:
 		errs = append(errs, field.NotSupported(p.Child("profile"), s.Profile, []string{ProfilePodIdentity, ProfileSPIFFE, ProfileServer,

@@ -167,11 +167,11 @@ func verifyProofOfPossession(pub crypto.PublicKey, podUID string, proof []byte) 
 	default:
 		// kube-apiserver's reason; controller.go's check() uses it too.
 		return &profile.Denial{Reason: ReasonUnsupportedKeyType, Message: fmt.Sprintf(
-			"spec.pkixPublicKey holds a %s key, which has no proof-of-possession scheme; use Ed25519, ECDSA or RSA", keyType(pub))}
+			"spec.pkixPublicKey holds a %s key, which has no proof-of-possession scheme; use Ed25519, ECDSA or RSA", KeyType(pub))}
 	}
 	if !ok {
 		return &profile.Denial{Reason: ReasonInvalidProofOfPossession, Message: fmt.Sprintf(
-			"spec.proofOfPossession (%d bytes) is not %s %q by the %s key in spec.pkixPublicKey", len(proof), scheme, podUID, keyType(pub))}
+			"spec.proofOfPossession (%d bytes) is not %s %q by the %s key in spec.pkixPublicKey", len(proof), scheme, podUID, KeyType(pub))}
 	}
 	return nil
 }

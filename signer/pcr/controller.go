@@ -570,7 +570,7 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 		c.observe(s, r, "Issued", ReasonIssued)
 		logger.Info("Issued",
 			"serial", cert.leaf.SerialNumber.Text(16), "namespace", r.namespace, "pod", r.podName,
-			"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", keyType(r.publicKey),
+			"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", KeyType(r.publicKey),
 			"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", cert.key)
 		c.events.issued(r.obj, "issued certificate serial %s by %s, valid until %s",
 			cert.leaf.SerialNumber.Text(16), s.Name, cert.leaf.NotAfter.UTC().Format(time.RFC3339))
@@ -639,7 +639,7 @@ func (c *Controller) check(s *signerState, r *request) *profile.Denial {
 		}
 		return &profile.Denial{Reason: ReasonInvalidRequest, Message: r.keyErr.Error()}
 	}
-	kt := keyType(r.publicKey)
+	kt := KeyType(r.publicKey)
 	if !slices.Contains(s.AllowedKeyTypes, kt) {
 		return &profile.Denial{Reason: ReasonUnsupportedKeyType, Message: fmt.Sprintf(
 			"signer %s does not issue for %s keys; use %s (allowed: %s)", s.Name, kt, s.AllowedKeyTypes[0], strings.Join(s.AllowedKeyTypes, ", "))}
@@ -789,8 +789,9 @@ func (c *Controller) observe(s *signerState, r *request, outcome, reason string)
 	}
 }
 
-// keyType names pub the way PodCertificateProjection.keyType does.
-func keyType(pub crypto.PublicKey) string {
+// KeyType names pub the way PodCertificateProjection.keyType (and
+// allowedKeyTypes) does.
+func KeyType(pub crypto.PublicKey) string {
 	switch k := pub.(type) {
 	case *rsa.PublicKey:
 		return fmt.Sprintf("RSA%d", k.N.BitLen())

@@ -62,6 +62,28 @@ var requiredPermissions = []MissingPermissionError{
 	{Verb: "update", Resource: "podcertificaterequests", Subresource: "status"},
 }
 
+// csrPermissions are what the CertificateSigningRequest signer needs,
+// besides `sign` on each of its signer names.
+var csrPermissions = []MissingPermissionError{
+	{Verb: "list", Resource: "certificatesigningrequests"},
+	{Verb: "watch", Resource: "certificatesigningrequests"},
+	{Verb: "update", Resource: "certificatesigningrequests", Subresource: "status"},
+}
+
+// RequiredPermissions are the grants (besides `sign`) of a signer that
+// serves PodCertificateRequests (pcrs), CertificateSigningRequests (csrs)
+// or both: a PermissionGate's Required.
+func RequiredPermissions(pcrs, csrs bool) []MissingPermissionError {
+	var out []MissingPermissionError
+	if pcrs {
+		out = append(out, requiredPermissions...)
+	}
+	if csrs {
+		out = append(out, csrPermissions...)
+	}
+	return out
+}
+
 // Recheck intervals of the PermissionGate.
 const (
 	// recheckMissing is how often a missing grant is looked for again.
@@ -84,6 +106,10 @@ type PermissionGate struct {
 	// Recheck is how often a missing grant is looked for again (default
 	// 30s); set before Run.
 	Recheck time.Duration
+	// Required are the grants besides `sign` (default: the
+	// PodCertificateRequest signer's; RequiredPermissions); set before
+	// Check.
+	Required []MissingPermissionError
 
 	mu      sync.Mutex
 	checked bool
@@ -100,7 +126,7 @@ func NewPermissionGate(client kubernetes.Interface, signerNames []string, c cloc
 		c = clock.RealClock{}
 	}
 	return &PermissionGate{client: client, names: slices.Clone(signerNames), clock: c, onState: onState, Recheck: recheckMissing,
-		missing: map[string]error{}, recheck: make(chan struct{}, 1)}
+		Required: slices.Clone(requiredPermissions), missing: map[string]error{}, recheck: make(chan struct{}, 1)}
 }
 
 // Check asks kube-apiserver about every grant and returns what is missing
@@ -111,7 +137,7 @@ func (g *PermissionGate) Check(ctx context.Context) error {
 	defer cancel()
 	var general []error
 	var missingErr *MissingPermissionError
-	for _, p := range requiredPermissions {
+	for _, p := range g.Required {
 		if err := g.review(ctx, p); errors.As(err, &missingErr) {
 			general = append(general, err)
 		} else if err != nil {

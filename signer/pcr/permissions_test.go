@@ -173,3 +173,41 @@ func TestAMissingGeneralGrantIsReportedOncePerChange(t *testing.T) {
 		t.Fatalf("names still reported missing after the grant: %v", state)
 	}
 }
+
+// A signer serving CertificateSigningRequests needs their grants (and,
+// serving only them, not the PodCertificateRequest ones).
+func TestPermissionGateChecksTheGrantsOfTheKindsServed(t *testing.T) {
+	csrGrants := []string{"list certificatesigningrequests", "watch certificatesigningrequests", "update certificatesigningrequests/status", "sign signers kubernetes.io/kubelet-serving"}
+	only := func(gs ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, g := range gs {
+			m[g] = true
+		}
+		return m
+	}
+	cases := []struct {
+		name       string
+		pcrs, csrs bool
+		granted    map[string]bool
+		wantErr    bool
+	}{
+		{"a CSR-only signer with the CSR grants is not blocked", false, true, only(csrGrants...), false},
+		{"a CSR-only signer without status update on CSRs is blocked", false, true, only(csrGrants[0], csrGrants[1], csrGrants[3]), true},
+		{"a signer serving both without the CSR grants is blocked", true, true, withGrants("sign signers kubernetes.io/kubelet-serving"), true},
+		{"a signer serving both with every grant is not blocked", true, true, withGrants(csrGrants...), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateAgainst(t, tc.granted, "kubernetes.io/kubelet-serving")
+			g.Required = RequiredPermissions(tc.pcrs, tc.csrs)
+			err := g.Check(context.Background())
+			var missing *MissingPermissionError
+			if (err != nil) != tc.wantErr || (err != nil && !errors.As(err, &missing)) {
+				t.Fatalf("Check = %v, want blocked %v", err, tc.wantErr)
+			}
+			if blocked := g.Blocked("kubernetes.io/kubelet-serving") != nil; blocked != tc.wantErr {
+				t.Fatalf("Blocked = %v, want %v", blocked, tc.wantErr)
+			}
+		})
+	}
+}

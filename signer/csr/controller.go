@@ -1,0 +1,518 @@
+package csr
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/issuer"
+	"github.com/keyward/keyward/signer/pcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Waits of requests that cannot go on now.
+const (
+	permissionWait  = 5 * time.Second
+	unavailableWait = time.Second
+	maxMessage      = 4096
+	// finishTimeout bounds the status write of a CSR in flight when
+	// shutdown begins (beyond the signature's own SignTimeout).
+	finishTimeout = 10 * time.Second
+	// loudRetries: a CSR still retrying after this many attempts is logged
+	// at default verbosity (once).
+	loudRetries = 5
+)
+
+// Signer is one CSR signer name the controller owns.
+type Signer struct {
+	Policy *Policy
+	// Issuer is the same one the PodCertificateRequest controller uses for
+	// this name (signer/generations).
+	Issuer issuer.Issuer
+}
+
+// Options configure New.
+type Options struct {
+	Client  kubernetes.Interface
+	Signers []*Signer
+	Workers int
+	// SignTimeout bounds one backend signature (default 30s).
+	SignTimeout time.Duration
+	// Permissions, if set, blocks signer names the signer may not sign for.
+	Permissions pcr.Permissions
+	// Recorder, if set, records a Warning Event on each Failed CSR, at
+	// most EventsPerSecond (burst ten seconds' worth; default
+	// config.DefaultEventsPerSecond); more are dropped.
+	Recorder        record.EventRecorder
+	EventsPerSecond float64
+	// Metrics, if set, gets keyward_csr_outcomes_total.
+	Metrics prometheus.Registerer
+	Clock   clock.Clock
+}
+
+type queueKey struct{ signer, name string }
+
+// Controller signs CertificateSigningRequests. Build it with New, run it
+// with Run.
+type Controller struct {
+	opts     Options
+	signers  map[string]*signerState
+	queue    workqueue.TypedRateLimitingInterface[queueKey]
+	outcomes *prometheus.CounterVec
+	events   *rate.Limiter
+
+	mu      sync.Mutex
+	synced  bool
+	records map[types.UID]*reqRecord
+}
+
+type signerState struct {
+	*Signer
+	informer cache.SharedIndexInformer
+}
+
+// reqRecord is what the controller remembers of one CSR (by UID): the
+// certificate signed for it, written again (never signed again) after a
+// conflict or a transient error, and whether it is written.
+type reqRecord struct {
+	certificate []byte
+	serial      string
+	notAfter    time.Time
+	written     bool
+}
+
+type allowAll struct{}
+
+func (allowAll) Blocked(string) error                    { return nil }
+func (allowAll) Refused(context.Context, string, string) {}
+
+// New validates opts and builds the controller. It starts nothing.
+func New(opts Options) (*Controller, error) {
+	if opts.Client == nil || len(opts.Signers) == 0 {
+		return nil, errors.New("csr controller needs a client and at least one signer")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = config.DefaultWorkers
+	}
+	if opts.SignTimeout <= 0 {
+		opts.SignTimeout = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Permissions == nil {
+		opts.Permissions = allowAll{}
+	}
+	if opts.EventsPerSecond <= 0 {
+		opts.EventsPerSecond = config.DefaultEventsPerSecond
+	}
+	c := &Controller{
+		opts: opts, signers: map[string]*signerState{}, records: map[types.UID]*reqRecord{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "keyward-csr"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyward_csr_outcomes_total",
+			Help: "CertificateSigningRequests signed or marked Failed, by signer, outcome and reason.",
+		}, []string{"signer", "outcome", "reason"}),
+		events: rate.NewLimiter(rate.Limit(opts.EventsPerSecond), int(max(1, 10*opts.EventsPerSecond))),
+	}
+	if opts.Metrics != nil {
+		if err := opts.Metrics.Register(c.outcomes); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, fmt.Errorf("registering CSR metrics: %w", err)
+			}
+			c.outcomes = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
+	for _, s := range opts.Signers {
+		if s.Policy == nil || s.Issuer == nil {
+			return nil, errors.New("csr signer needs a policy and an issuer")
+		}
+		if _, dup := c.signers[s.Policy.Name]; dup {
+			return nil, fmt.Errorf("signer %s given twice", s.Policy.Name)
+		}
+		c.signers[s.Policy.Name] = &signerState{Signer: s}
+	}
+	return c, nil
+}
+
+// HasSynced reports whether every informer has synced (for /readyz).
+func (c *Controller) HasSynced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
+}
+
+// newInformer watches the CSRs of one signer name only.
+func (c *Controller) newInformer(name string) cache.SharedIndexInformer {
+	sel := fields.OneTermEqualSelector("spec.signerName", name).String()
+	csrs := c.opts.Client.CertificatesV1().CertificateSigningRequests()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return csrs.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return csrs.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+}
+
+// Run starts the informers and workers and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	var syncs []cache.InformerSynced
+	for name, s := range c.signers {
+		s.informer = c.newInformer(name)
+		signer := name
+		if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueue(signer, obj) },
+			UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
+			DeleteFunc: func(obj any) { c.forget(obj) },
+		}); err != nil {
+			return err
+		}
+		go s.informer.Run(ctx.Done())
+		syncs = append(syncs, s.informer.HasSynced)
+	}
+	logger.Info("Waiting for CSR caches", "signers", len(c.signers))
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("CSR caches did not sync")
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+	logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) enqueue(signer string, obj any) {
+	csr, ok := obj.(*certv1.CertificateSigningRequest)
+	if !ok {
+		return
+	}
+	if done(csr) {
+		c.drop(csr.UID)
+		return
+	}
+	if pending(csr) {
+		c.queue.Add(queueKey{signer: signer, name: csr.Name})
+	}
+}
+
+func (c *Controller) forget(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+		c.drop(csr.UID)
+	}
+}
+
+func (c *Controller) drop(uid types.UID) {
+	c.mu.Lock()
+	delete(c.records, uid)
+	c.mu.Unlock()
+}
+
+func (c *Controller) record(uid types.UID) *reqRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.records[uid]
+	if !ok {
+		r = &reqRecord{}
+		c.records[uid] = r
+	}
+	return r
+}
+
+func (c *Controller) update(uid types.UID, f func(*reqRecord)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.records[uid]; ok {
+		f(r)
+	}
+}
+
+// condition reports whether csr has a condition of type t with status True.
+func condition(csr *certv1.CertificateSigningRequest, t certv1.RequestConditionType) bool {
+	for _, cond := range csr.Status.Conditions {
+		if cond.Type == t && cond.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// done: nothing will ever be signed for csr (signed, denied or failed).
+func done(csr *certv1.CertificateSigningRequest) bool {
+	return len(csr.Status.Certificate) > 0 || condition(csr, certv1.CertificateDenied) || condition(csr, certv1.CertificateFailed)
+}
+
+// pending: csr is approved and waits for its certificate.
+func pending(csr *certv1.CertificateSigningRequest) bool {
+	return !done(csr) && condition(csr, certv1.CertificateApproved)
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if ctx.Err() != nil {
+		return false
+	}
+	after, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		logger := klog.FromContext(ctx)
+		if n := c.queue.NumRequeues(key); n == loudRetries {
+			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", n+1)
+		} else {
+			logger.V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+	case after > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, after)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// sync signs one approved CSR, or marks it Failed with the rule it broke.
+// An error means transient: retried with backoff. A certificate signed
+// for a UID is kept until written; it is never signed twice in one
+// process. Once ctx has ended no new signature starts; a signature under
+// way and its status write finish on a context of their own, so that the
+// next leader need not sign again.
+func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, error) {
+	stop := ctx
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
+	defer cancel()
+	s := c.signers[key.signer]
+	obj, exists, err := s.informer.GetIndexer().GetByKey(key.name)
+	if err != nil || !exists {
+		return 0, err
+	}
+	csr := obj.(*certv1.CertificateSigningRequest)
+	if csr.Spec.SignerName != s.Policy.Name || !pending(csr) {
+		return 0, nil
+	}
+	rec := c.record(csr.UID)
+	c.mu.Lock()
+	written, cert := rec.written, rec.certificate
+	c.mu.Unlock()
+	if written {
+		return 0, nil
+	}
+	if err := c.opts.Permissions.Blocked(s.Policy.Name); err != nil {
+		return permissionWait, nil
+	}
+	if cert == nil {
+		req, err := ParseRequest(csr.Spec.Request)
+		if err != nil {
+			var v *Violation
+			if !errors.As(err, &v) {
+				v = violation(ReasonInvalidRequest, "%v", err)
+			}
+			return c.fail(ctx, s, csr, v)
+		}
+		if v := s.Policy.Check(req, csr.Spec.Usages); v != nil {
+			return c.fail(ctx, s, csr, v)
+		}
+		if err := stop.Err(); err != nil {
+			return 0, err
+		}
+		auth, gen, err := s.Issuer.Current()
+		if err != nil {
+			// No generation may issue (the Issuer logs why, once).
+			return unavailableWait, nil
+		}
+		cert, err = c.issue(ctx, s, csr, req, auth, gen)
+		if err != nil {
+			if pcr.Classify(err) == pcr.Transient {
+				return 0, err
+			}
+			return c.fail(ctx, s, csr, violation(ReasonBackendFailure, "signing with the CA key failed: %v", err))
+		}
+	}
+	return c.write(ctx, s, csr, cert)
+}
+
+// issue signs the leaf under the Active generation, after Reserve, and
+// keeps it in the CSR's record.
+func (c *Controller) issue(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, req *x509.CertificateRequest, auth *authority.Authority, gen string) ([]byte, error) {
+	tmpl, err := Template(req, csr.Spec.Usages)
+	if err != nil {
+		return nil, err
+	}
+	lifetime := s.Policy.Lifetime(csr.Spec.ExpirationSeconds)
+	sctx, cancel := context.WithTimeout(ctx, c.opts.SignTimeout)
+	defer cancel()
+	now := c.opts.Clock.Now()
+	if err := s.Issuer.Reserve(sctx, gen, now.Add(lifetime)); err != nil {
+		return nil, err
+	}
+	leaf, err := auth.Sign(sctx, tmpl, req.PublicKey, authority.Policy{
+		Lifetime: lifetime, Backdate: min(s.Policy.Backdate, lifetime/2), MinLifetime: min(lifetime, config.MinLifetime),
+		Now: func() time.Time { return now },
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The leaf, then the issuers up to (not including) a self-signed root.
+	out := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
+	for _, ca := range auth.Chain() {
+		if selfSigned(ca) {
+			break
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})...)
+	}
+	c.update(csr.UID, func(r *reqRecord) {
+		r.certificate, r.serial, r.notAfter = out, leaf.SerialNumber.Text(16), leaf.NotAfter
+	})
+	return out, nil
+}
+
+// write sets status.certificate once. On a conflict it reads the CSR
+// anew: done elsewhere means nothing more to do; still approved and
+// unsigned, the same certificate is written to the fresh copy.
+func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, cert []byte) (time.Duration, error) {
+	csrs := c.opts.Client.CertificatesV1().CertificateSigningRequests()
+	cur := csr.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		cur.Status.Certificate = cert
+		_, err := csrs.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			c.update(csr.UID, func(r *reqRecord) { r.written, r.certificate = true, nil })
+			c.mu.Lock()
+			rec := c.records[csr.UID]
+			serial, notAfter := "", time.Time{}
+			if rec != nil {
+				serial, notAfter = rec.serial, rec.notAfter
+			}
+			c.mu.Unlock()
+			c.outcomes.WithLabelValues(s.Policy.Name, "Issued", "Issued").Inc()
+			klog.FromContext(ctx).Info("Signed CSR", "csr", csr.Name, "signer", s.Policy.Name, "user", csr.Spec.Username,
+				"serial", serial, "notAfter", notAfter.UTC().Format(time.RFC3339))
+			return 0, nil
+		case apierrors.IsNotFound(err):
+			c.drop(csr.UID)
+			return 0, nil
+		case apierrors.IsForbidden(err):
+			c.opts.Permissions.Refused(ctx, s.Policy.Name, err.Error())
+			return permissionWait, nil
+		case apierrors.IsConflict(err) && attempt < 3:
+			fresh, gerr := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(gerr) {
+				c.drop(csr.UID)
+				return 0, nil
+			}
+			if gerr != nil {
+				return 0, gerr
+			}
+			if fresh.UID != csr.UID || !pending(fresh) {
+				// Signed, denied or failed meanwhile (or a new CSR of the
+				// same name): this certificate is never written.
+				c.update(csr.UID, func(r *reqRecord) { r.written, r.certificate = true, nil })
+				return 0, nil
+			}
+			cur = fresh.DeepCopy()
+		case apierrors.IsInvalid(err):
+			c.update(csr.UID, func(r *reqRecord) { r.certificate = nil })
+			return c.fail(ctx, s, csr, violation(ReasonStatusRejected, "kube-apiserver refused the certificate: %v", err))
+		default:
+			return 0, err
+		}
+	}
+}
+
+// fail adds a Failed condition naming the broken rule. Nothing is signed
+// for the CSR afterwards.
+func (c *Controller) fail(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, v *Violation) (time.Duration, error) {
+	msg := v.Message
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage] + "…"
+	}
+	cur := csr.DeepCopy()
+	now := metav1.NewTime(c.opts.Clock.Now())
+	cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
+		Type: certv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: v.Reason, Message: msg,
+		LastUpdateTime: now, LastTransitionTime: now,
+	})
+	_, err := c.opts.Client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.drop(csr.UID)
+		return 0, nil
+	case apierrors.IsForbidden(err):
+		c.opts.Permissions.Refused(ctx, s.Policy.Name, err.Error())
+		return permissionWait, nil
+	case err != nil:
+		// A conflict is retried on the informer's newer copy.
+		return 0, err
+	}
+	c.update(csr.UID, func(r *reqRecord) { r.written, r.certificate = true, nil })
+	c.outcomes.WithLabelValues(s.Policy.Name, "Failed", v.Reason).Inc()
+	klog.FromContext(ctx).Info("CSR Failed", "csr", csr.Name, "signer", s.Policy.Name, "user", csr.Spec.Username, "reason", v.Reason, "message", msg)
+	if c.opts.Recorder != nil && c.events.Allow() {
+		c.opts.Recorder.Event(cur, corev1.EventTypeWarning, v.Reason, truncate("Failed: "+msg, 1024))
+	}
+	return 0, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

@@ -1,0 +1,279 @@
+package csr
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/issuer"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+type countingSigner struct {
+	backends.Signer
+	n atomic.Int32
+}
+
+func (c *countingSigner) SignContext(ctx context.Context, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	c.n.Add(1)
+	return c.Signer.SignContext(ctx, d, o)
+}
+
+func (c *countingSigner) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
+	return c.SignContext(context.Background(), d, o)
+}
+
+const unitName = "keyward.dev/unit"
+
+func unitSigner(t *testing.T) (*Signer, *countingSigner) {
+	t.Helper()
+	key, err := file.New().CreateKey(context.Background(), backends.CreateKeyRequest{
+		URI: "file:" + filepath.Join(t.TempDir(), "ca.pem"), Algorithm: backends.ECDSAP256SHA256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "ca", Lifetime: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingSigner{Signer: key}
+	auth, err := authority.New(root, nil, counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolicy(config.Signer{Name: unitName, Profile: config.ProfileKubeAPIServerClient, AllowedKeyTypes: config.AllKeyTypes(),
+		MaxLifetime: metav1.Duration{Duration: time.Hour}, Backdate: &metav1.Duration{Duration: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kubeAPIServerClient's rules under a custom name: the unit tests are
+	// about the controller, not the name.
+	return &Signer{Policy: p, Issuer: issuer.Static{Authority: auth, Generation: "g1"}}, counting
+}
+
+func unitCSR(t *testing.T, name, signerName string, approved bool) *certv1.CertificateSigningRequest {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "alice"}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")},
+		Spec: certv1.CertificateSigningRequestSpec{SignerName: signerName, Usages: []certv1.KeyUsage{certv1.UsageClientAuth},
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})},
+	}
+	if approved {
+		c.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}}
+	}
+	return c
+}
+
+// unitController builds a controller over a fake clientset holding csrs,
+// with its informer's store filled by hand.
+func unitController(t *testing.T, s *Signer, rec record.EventRecorder, csrs ...*certv1.CertificateSigningRequest) (*Controller, *fake.Clientset) {
+	t.Helper()
+	var objs []runtime.Object
+	for _, c := range csrs {
+		objs = append(objs, c)
+	}
+	client := fake.NewClientset(objs...)
+	c, err := New(Options{Client: client, Signers: []*Signer{s}, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.signers[s.Policy.Name]
+	st.informer = cache.NewSharedIndexInformer(nil, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	for _, o := range csrs {
+		_ = st.informer.GetIndexer().Add(o)
+	}
+	return c, client
+}
+
+func statusUpdates(client *fake.Clientset) []*certv1.CertificateSigningRequest {
+	var out []*certv1.CertificateSigningRequest
+	for _, a := range client.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" {
+			out = append(out, u.GetObject().(*certv1.CertificateSigningRequest))
+		}
+	}
+	return out
+}
+
+// Which CSRs the controller acts on: approved ones of its own name that
+// have no certificate and no Denied or Failed condition; nothing else is
+// written or signed.
+func TestOnlyApprovedPendingCSRsOfItsNameAreSigned(t *testing.T) {
+	with := func(c *certv1.CertificateSigningRequest, f func(*certv1.CertificateSigningRequest)) *certv1.CertificateSigningRequest {
+		f(c)
+		return c
+	}
+	cases := []struct {
+		name     string
+		csr      *certv1.CertificateSigningRequest
+		wantSign bool
+	}{
+		{"an approved CSR is signed", unitCSR(t, "a", unitName, true), true},
+		{"an unapproved CSR is left alone", unitCSR(t, "b", unitName, false), false},
+		{"an approved CSR for another signer name is left alone", unitCSR(t, "c", "example.com/other", true), false},
+		{"an approved and denied CSR is left alone", with(unitCSR(t, "d", unitName, true), func(c *certv1.CertificateSigningRequest) {
+			c.Status.Conditions = append(c.Status.Conditions, certv1.CertificateSigningRequestCondition{Type: certv1.CertificateDenied, Status: corev1.ConditionTrue})
+		}), false},
+		{"an approved CSR already Failed is left alone", with(unitCSR(t, "e", unitName, true), func(c *certv1.CertificateSigningRequest) {
+			c.Status.Conditions = append(c.Status.Conditions, certv1.CertificateSigningRequestCondition{Type: certv1.CertificateFailed, Status: corev1.ConditionTrue})
+		}), false},
+		{"an approved CSR with a certificate is left alone", with(unitCSR(t, "f", unitName, true), func(c *certv1.CertificateSigningRequest) {
+			c.Status.Certificate = []byte("x")
+		}), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, counting := unitSigner(t)
+			c, client := unitController(t, s, nil, tc.csr)
+			if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: tc.csr.Name}); err != nil {
+				t.Fatal(err)
+			}
+			updates := statusUpdates(client)
+			if tc.wantSign {
+				if counting.n.Load() != 1 || len(updates) != 1 || len(updates[0].Status.Certificate) == 0 {
+					t.Fatalf("signatures %d, status updates %d; want one of each, with a certificate", counting.n.Load(), len(updates))
+				}
+				return
+			}
+			if counting.n.Load() != 0 || len(updates) != 0 {
+				t.Fatalf("signatures %d, status updates %d; want none", counting.n.Load(), len(updates))
+			}
+		})
+	}
+}
+
+// A status write that conflicts is retried with the certificate already
+// signed for that UID, on a fresh copy: the CA key signs once.
+func TestAConflictingWriteNeverSignsTwice(t *testing.T) {
+	s, counting := unitSigner(t)
+	req := unitCSR(t, "conflict", unitName, true)
+	c, client := unitController(t, s, nil, req)
+	conflicts := 2
+	client.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicts > 0 {
+			conflicts--
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, req.Name, nil)
+		}
+		return false, nil, nil
+	})
+	if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name}); err != nil {
+		t.Fatal(err)
+	}
+	updates := statusUpdates(client)
+	if counting.n.Load() != 1 || len(updates) != 3 {
+		t.Fatalf("signatures %d, status writes %d; want 1 signature written three times", counting.n.Load(), len(updates))
+	}
+	for _, u := range updates[1:] {
+		if string(u.Status.Certificate) != string(updates[0].Status.Certificate) {
+			t.Fatal("a retry wrote another certificate")
+		}
+	}
+	// A later pass (the informer still shows the old copy) signs nothing.
+	if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if counting.n.Load() != 1 {
+		t.Fatalf("signatures %d after another pass, want 1", counting.n.Load())
+	}
+}
+
+// A transient write error keeps the certificate: the retry writes it, and
+// the CA key does not sign again.
+func TestATransientWriteErrorRetriesTheSameCertificate(t *testing.T) {
+	s, counting := unitSigner(t)
+	req := unitCSR(t, "transient", unitName, true)
+	c, client := unitController(t, s, nil, req)
+	fail := true
+	client.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && fail {
+			fail = false
+			return true, nil, apierrors.NewServiceUnavailable("etcd is slow")
+		}
+		return false, nil, nil
+	})
+	key := queueKey{signer: unitName, name: req.Name}
+	if _, err := c.sync(context.Background(), key); !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("first sync = %v, want the transient error (retry)", err)
+	}
+	if _, err := c.sync(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if counting.n.Load() != 1 {
+		t.Fatalf("signatures %d, want 1", counting.n.Load())
+	}
+}
+
+// A rule breaker gets one Failed condition naming the rule, a Warning
+// Event, and no signature.
+func TestARuleBreakerIsFailedWithAnEvent(t *testing.T) {
+	s, counting := unitSigner(t)
+	req := unitCSR(t, "server", unitName, true)
+	req.Spec.Usages = []certv1.KeyUsage{certv1.UsageServerAuth}
+	rec := record.NewFakeRecorder(10)
+	c, client := unitController(t, s, rec, req)
+	if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name}); err != nil {
+		t.Fatal(err)
+	}
+	updates := statusUpdates(client)
+	if counting.n.Load() != 0 || len(updates) != 1 {
+		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.n.Load(), len(updates))
+	}
+	conds := updates[0].Status.Conditions
+	last := conds[len(conds)-1]
+	if last.Type != certv1.CertificateFailed || last.Status != corev1.ConditionTrue || last.Reason != ReasonUsagesNotPermitted || len(updates[0].Status.Certificate) > 0 {
+		t.Fatalf("status %+v, want Failed %s without a certificate", updates[0].Status, ReasonUsagesNotPermitted)
+	}
+	select {
+	case e := <-rec.Events:
+		t.Logf("event: %s", e)
+	default:
+		t.Fatal("no Event recorded")
+	}
+}
+
+// A spec.request that is no PKCS#10 request is Failed InvalidRequest.
+func TestAnUnparsableRequestIsFailed(t *testing.T) {
+	s, counting := unitSigner(t)
+	req := unitCSR(t, "garbage", unitName, true)
+	req.Spec.Request = []byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n")
+	c, client := unitController(t, s, nil, req)
+	if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name}); err != nil {
+		t.Fatal(err)
+	}
+	updates := statusUpdates(client)
+	if counting.n.Load() != 0 || len(updates) != 1 {
+		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.n.Load(), len(updates))
+	}
+	if conds := updates[0].Status.Conditions; conds[len(conds)-1].Reason != ReasonInvalidRequest {
+		t.Fatalf("conditions %+v, want Failed %s", conds, ReasonInvalidRequest)
+	}
+}

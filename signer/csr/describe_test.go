@@ -1,0 +1,76 @@
+package csr_test
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/signer/csr"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/signers.md from docs/signers-config.yaml")
+
+const (
+	docConfig = "../../docs/signers-config.yaml"
+	doc       = "../../docs/signers.md"
+)
+
+// docs/signers.md is what DescribeSigners says for the example
+// configuration; refresh it with make generate.
+func TestSignersDocMatchesTheExampleConfig(t *testing.T) {
+	cfg, err := config.Load(docConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := csr.DescribeSigners(cfg)
+	if *update {
+		if err := os.WriteFile(doc, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s differs from what DescribeSigners makes of %s; run make generate", doc, docConfig)
+	}
+}
+
+// Every signer name the shipped deployment serves is documented.
+func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
+	manifest, err := os.ReadFile("../../deploy/base/signer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Kind string            `json:"kind"`
+		Data map[string]string `json:"data"`
+	}
+	for _, part := range strings.Split(string(manifest), "\n---\n") {
+		if err := yaml.Unmarshal([]byte(part), &cm); err == nil && cm.Kind == "ConfigMap" {
+			break
+		}
+	}
+	shipped, err := config.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("deploy/base/signer.yaml's configuration: %v", err)
+	}
+	cfg, err := config.Load(docConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := csr.DescribeSigners(cfg)
+	for _, s := range shipped.Signers {
+		if !strings.Contains(text, "## `"+s.Name+"`") {
+			t.Errorf("signer name %s of deploy/base/signer.yaml is not in %s", s.Name, docConfig)
+		}
+	}
+	// Each name has all seven properties.
+	if n, want := strings.Count(text, "| CA bit allowed / disallowed |"), len(cfg.Signers); n != want {
+		t.Errorf("%d signer names with the CA bit property, want %d", n, want)
+	}
+}
