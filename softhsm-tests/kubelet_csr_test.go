@@ -22,6 +22,7 @@ import (
 	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/certificate"
 )
@@ -34,6 +35,23 @@ func kubeletSignerCA(t *testing.T, signerName, label string) *x509.Certificate {
 	a := activeAuthority(t, signerName, uri, file)
 	t.Cleanup(func() { _ = authorities(t).Delete(context.Background(), a.Name, metav1.DeleteOptions{}) })
 	return root
+}
+
+// dropAuthorities deletes every Authority that names signerName.
+func dropAuthorities(t *testing.T, ctx context.Context, signerName string) {
+	t.Helper()
+	c := authorities(t)
+	list, err := c.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.Items {
+		if a.Spec.SignerName == signerName {
+			if err := c.Delete(ctx, a.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // kubeletSignerConfig is keyward's configuration serving the kubernetes.io
@@ -316,6 +334,9 @@ func TestKubeletCSRsFollowCARotation(t *testing.T) {
 	defer cancel()
 	r := newE2ERotation(t, ctx, "kubelet")
 	r.signer = certv1.KubeletServingSignerName
+	// The name is shared by the package's tests: ca init must make the
+	// Authority anew (bootstrap), not add a generation to another test's.
+	dropAuthorities(t, ctx, r.signer)
 	// sign, and attest for the trust publisher's ClusterTrustBundles.
 	grantSigner(t, ctx, r.signer, "sign", "attest")
 	cfg := kubeletSignerConfig(t, config.ProfileKubeletServing)
