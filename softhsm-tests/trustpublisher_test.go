@@ -368,7 +368,19 @@ func TestTrustPublisherRotatesCanaryThenLive(t *testing.T) {
 	}
 	t.Logf("compressed rotation (soak 2s, propagation window 1s) took %s", time.Since(start).Round(100*time.Millisecond))
 
-	// Steady: nothing more is written.
+	// Steady: once the status records the retired bundles as published (the
+	// write after the bundle write), nothing more is written.
+	a = f.waitFor("bundles recorded as published", func(a *kwv1alpha1.Authority) bool {
+		if len(a.Status.Bundles) != 2 || !meta.IsStatusConditionTrue(a.Status.Conditions, kwv1alpha1.ConditionBundlesPublished) {
+			return false
+		}
+		for _, b := range a.Status.Bundles {
+			if !b.Published || len(b.Generations) != 1 || b.Generations[0] != "new" {
+				return false
+			}
+		}
+		return true
+	})
 	rv := a.ResourceVersion
 	time.Sleep(2 * time.Second)
 	if a, err := f.c.Get(f.ctx, f.name); err != nil || a.ResourceVersion != rv {
