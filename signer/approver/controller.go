@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/signer/config"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -403,7 +404,7 @@ func (c *Controller) syncKubeletServing(ctx context.Context, r *servingRules, cs
 // subresource, records the outcome and logs it once.
 func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, approve bool, reason, message string) error {
 	csr = csr.DeepCopy()
-	message = truncate(message, maxConditionMessage)
+	message = kubemsg.Truncate(message, kubemsg.MaxConditionMessage)
 	typ, outcome, eventType := certificatesv1.CertificateDenied, "denied", corev1.EventTypeWarning
 	if approve {
 		typ, outcome, eventType = certificatesv1.CertificateApproved, "approved", corev1.EventTypeNormal
@@ -416,9 +417,9 @@ func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateS
 		return fmt.Errorf("writing the %s condition: %w", typ, err)
 	}
 	c.opts.Metrics.Decisions.WithLabelValues(csr.Spec.SignerName, outcome, reason).Inc()
-	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", truncate(message, maxEventMessage))
+	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", kubemsg.Truncate(message, kubemsg.MaxEventMessage))
 	if c.opts.Recorder != nil {
-		c.opts.Recorder.Event(csr, eventType, reason, truncate(message, maxEventMessage))
+		c.opts.Recorder.Event(csr, eventType, reason, kubemsg.Truncate(message, kubemsg.MaxEventMessage))
 	}
 	return nil
 }

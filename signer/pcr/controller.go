@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
@@ -751,7 +752,7 @@ func (c *Controller) issuedStatus(s *signerState, cert *issuedCert) status {
 // terminal writes a Denied or Failed condition and nothing else. The
 // message is cut to fit the apiserver's limits with room to spare.
 func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, typ, reason, msg string) (time.Duration, error) {
-	msg = truncate(msg, maxConditionMessage)
+	msg = kubemsg.Truncate(msg, kubemsg.MaxConditionMessage)
 	err := c.api.writeStatus(ctx, r, status{conditions: []metav1.Condition{{
 		Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.NewTime(c.opts.Clock.Now()),
@@ -775,7 +776,7 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	}
 	c.records.markWritten(r.uid)
 	c.observe(s, r, typ, reason)
-	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", truncate(msg, maxEventMessage))
+	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", kubemsg.Truncate(msg, kubemsg.MaxEventMessage))
 	c.events.warning(r.obj, reason, "%s: %s", typ, msg)
 	return 0, nil
 }
