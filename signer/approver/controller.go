@@ -20,6 +20,7 @@ import (
 
 	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/signer/config"
+	csrsigner "github.com/keyward/keyward/signer/csr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -126,12 +127,14 @@ func New(opts Options) (*Controller, error) {
 		var err error
 		switch s.Profile {
 		case config.ProfileKubeletServing:
-			r.serving, err = newServingRules(s.Approval)
+			if r.serving, err = newServingRules(s.Approval); err != nil {
+				return nil, fmt.Errorf("signer %s: %w", s.Name, err)
+			}
 		case config.ProfileCSR:
-			r.custom, err = newCustomRules(s.Approval, s.CSR)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("signer %s: %w", s.Name, err)
+			// csr.NewPolicy's errors name the signer.
+			if r.custom, err = newCustomRules(s); err != nil {
+				return nil, err
+			}
 		}
 		c.rules[s.Name] = r
 	}
@@ -291,7 +294,7 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "signer", r.name, "user", csr.Spec.Username)
-	req, err := parseRequest(csr.Spec.Request)
+	req, err := csrsigner.ParseRequest(csr.Spec.Request)
 	if err != nil {
 		// The apiserver parses spec.request on create, so this is not
 		// expected. kube-controller-manager leaves such a kubelet client
@@ -336,8 +339,8 @@ var kubeletClientRecognizers = []recognizer{
 }
 
 func (c *Controller) syncKubeletClient(ctx context.Context, logger klog.Logger, csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) error {
-	if why := kubeletClientMismatch(req, csr.Spec.Usages); why != "" {
-		logger.V(2).Info("Leaving CSR undecided: not a kubelet client CSR kube-controller-manager would approve", "why", why)
+	if v := csrsigner.CheckKubeletClient(req, csr.Spec.Usages); v != nil {
+		logger.V(2).Info("Leaving CSR undecided: not a kubelet client CSR kube-controller-manager would approve", "why", v.Message)
 		return nil
 	}
 	var tried []string
