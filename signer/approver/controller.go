@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/config"
 	csrsigner "github.com/keyward/keyward/signer/csr"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -28,7 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	certinformers "k8s.io/client-go/informers/certificates/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -199,13 +199,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.synced = true
 	c.mu.Unlock()
 	logger.Info("Caches synced; approving", "workers", c.opts.Workers)
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -215,11 +209,6 @@ func (c *Controller) enqueue(signer string, obj any) {
 		return
 	}
 	c.queue.Add(queueKey{signer: signer, name: csr.Name})
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
 }
 
 // waitError asks for the key to be looked at again after a fixed time.

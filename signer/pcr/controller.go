@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
@@ -32,7 +33,6 @@ import (
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -338,17 +338,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
 
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.runWorker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -376,11 +366,6 @@ func (c *Controller) forget(obj any) {
 		return
 	}
 	c.records.drop(r.uid)
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
