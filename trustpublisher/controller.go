@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/workers"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -203,19 +203,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("waiting for the Authority and ClusterTrustBundle caches: %w", ctx.Err())
 	}
 	logger.Info("Trust publisher started", "signers", c.opts.SignerNames)
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
 	return nil
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

@@ -18,7 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/config"
+	csrsigner "github.com/keyward/keyward/signer/csr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	certinformers "k8s.io/client-go/informers/certificates/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -125,12 +127,14 @@ func New(opts Options) (*Controller, error) {
 		var err error
 		switch s.Profile {
 		case config.ProfileKubeletServing:
-			r.serving, err = newServingRules(s.Approval)
+			if r.serving, err = newServingRules(s.Approval); err != nil {
+				return nil, fmt.Errorf("signer %s: %w", s.Name, err)
+			}
 		case config.ProfileCSR:
-			r.custom, err = newCustomRules(s.Approval, s.CSR)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("signer %s: %w", s.Name, err)
+			// csr.NewPolicy's errors name the signer.
+			if r.custom, err = newCustomRules(s); err != nil {
+				return nil, err
+			}
 		}
 		c.rules[s.Name] = r
 	}
@@ -195,13 +199,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.synced = true
 	c.mu.Unlock()
 	logger.Info("Caches synced; approving", "workers", c.opts.Workers)
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -211,11 +209,6 @@ func (c *Controller) enqueue(signer string, obj any) {
 		return
 	}
 	c.queue.Add(queueKey{signer: signer, name: csr.Name})
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
 }
 
 // waitError asks for the key to be looked at again after a fixed time.
@@ -290,7 +283,7 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("csr", csr.Name, "signer", r.name, "user", csr.Spec.Username)
-	req, err := parseRequest(csr.Spec.Request)
+	req, err := csrsigner.ParseRequest(csr.Spec.Request)
 	if err != nil {
 		// The apiserver parses spec.request on create, so this is not
 		// expected. kube-controller-manager leaves such a kubelet client
@@ -335,8 +328,8 @@ var kubeletClientRecognizers = []recognizer{
 }
 
 func (c *Controller) syncKubeletClient(ctx context.Context, logger klog.Logger, csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) error {
-	if why := kubeletClientMismatch(req, csr.Spec.Usages); why != "" {
-		logger.V(2).Info("Leaving CSR undecided: not a kubelet client CSR kube-controller-manager would approve", "why", why)
+	if v := csrsigner.CheckKubeletClient(req, csr.Spec.Usages); v != nil {
+		logger.V(2).Info("Leaving CSR undecided: not a kubelet client CSR kube-controller-manager would approve", "why", v.Message)
 		return nil
 	}
 	var tried []string
@@ -403,7 +396,7 @@ func (c *Controller) syncKubeletServing(ctx context.Context, r *servingRules, cs
 // subresource, records the outcome and logs it once.
 func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, approve bool, reason, message string) error {
 	csr = csr.DeepCopy()
-	message = truncate(message, maxConditionMessage)
+	message = kubemsg.Truncate(message, kubemsg.MaxConditionMessage)
 	typ, outcome, eventType := certificatesv1.CertificateDenied, "denied", corev1.EventTypeWarning
 	if approve {
 		typ, outcome, eventType = certificatesv1.CertificateApproved, "approved", corev1.EventTypeNormal
@@ -416,9 +409,9 @@ func (c *Controller) write(ctx context.Context, csr *certificatesv1.CertificateS
 		return fmt.Errorf("writing the %s condition: %w", typ, err)
 	}
 	c.opts.Metrics.Decisions.WithLabelValues(csr.Spec.SignerName, outcome, reason).Inc()
-	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", truncate(message, maxEventMessage))
+	klog.FromContext(ctx).Info("CSR "+outcome, "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", reason, "message", kubemsg.Truncate(message, kubemsg.MaxEventMessage))
 	if c.opts.Recorder != nil {
-		c.opts.Recorder.Event(csr, eventType, reason, truncate(message, maxEventMessage))
+		c.opts.Recorder.Event(csr, eventType, reason, kubemsg.Truncate(message, kubemsg.MaxEventMessage))
 	}
 	return nil
 }

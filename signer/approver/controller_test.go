@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -324,8 +325,8 @@ func TestDecisions(t *testing.T) {
 			if cond.Type != tc.want.outcome || cond.Status != corev1.ConditionTrue || cond.Reason != tc.want.reason {
 				t.Fatalf("condition %s/%s %s: %s, want %s %s", cond.Type, cond.Status, cond.Reason, cond.Message, tc.want.outcome, tc.want.reason)
 			}
-			if len(cond.Message) > maxConditionMessage {
-				t.Errorf("message of %d bytes, want at most %d", len(cond.Message), maxConditionMessage)
+			if len(cond.Message) > kubemsg.MaxConditionMessage {
+				t.Errorf("message of %d bytes, want at most %d", len(cond.Message), kubemsg.MaxConditionMessage)
 			}
 			if !strings.Contains(cond.Message, tc.want.naming) {
 				t.Errorf("message %q does not name %q", cond.Message, tc.want.naming)

@@ -2,8 +2,6 @@ package approver
 
 import (
 	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/keyward/keyward/signer/config"
+	csrsigner "github.com/keyward/keyward/signer/csr"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -54,72 +53,6 @@ func deny(reason, format string, args ...any) *denial {
 	return &denial{reason: reason, message: fmt.Sprintf(format, args...)}
 }
 
-// parseRequest decodes spec.request (the apiserver checked it parses).
-func parseRequest(pemBytes []byte) (*x509.CertificateRequest, error) {
-	block, _ := pem.Decode(pemBytes)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, errors.New("spec.request is not a CERTIFICATE REQUEST PEM block")
-	}
-	return x509.ParseCertificateRequest(block.Bytes)
-}
-
-// usageSetIs reports whether usages, as a set, equals one of want.
-func usageSetIs(usages []certificatesv1.KeyUsage, want ...[]certificatesv1.KeyUsage) bool {
-	got := map[certificatesv1.KeyUsage]bool{}
-	for _, u := range usages {
-		got[u] = true
-	}
-	for _, w := range want {
-		if len(w) != len(got) {
-			continue
-		}
-		all := true
-		for _, u := range w {
-			all = all && got[u]
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
-var (
-	kubeletClientUsages = [][]certificatesv1.KeyUsage{
-		{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageClientAuth},
-		{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
-	}
-	kubeletServingUsages = [][]certificatesv1.KeyUsage{
-		{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth},
-		{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
-	}
-)
-
-// kubeletClientMismatch says why req is not a kubelet client CSR as
-// kube-controller-manager's csrapproving controller recognises one
-// (O exactly system:nodes, no SANs, CN system:node:…, usages exactly
-// digital signature + client auth, optionally key encipherment), or
-// returns "" when it is one.
-func kubeletClientMismatch(req *x509.CertificateRequest, usages []certificatesv1.KeyUsage) string {
-	switch {
-	case !slices.Equal(req.Subject.Organization, []string{nodesGroup}):
-		return "subject organization is not exactly [system:nodes]"
-	case len(req.DNSNames) > 0:
-		return "DNS subjectAltNames are not allowed"
-	case len(req.EmailAddresses) > 0:
-		return "email subjectAltNames are not allowed"
-	case len(req.IPAddresses) > 0:
-		return "IP subjectAltNames are not allowed"
-	case len(req.URIs) > 0:
-		return "URI subjectAltNames are not allowed"
-	case !strings.HasPrefix(req.Subject.CommonName, nodeUserPrefix):
-		return "subject common name does not begin with system:node:"
-	case !usageSetIs(usages, kubeletClientUsages...):
-		return "usages are not exactly [digital signature, client auth] or [digital signature, key encipherment, client auth]"
-	}
-	return ""
-}
-
 // servingRules are the approval rules of the kubelet serving name.
 type servingRules struct {
 	dnsSuffixes []string
@@ -143,24 +76,18 @@ func newServingRules(a *config.Approval) (*servingRules, error) {
 }
 
 // servingShape checks a kubelet serving CSR without its Node: the shape
-// KEP-1513 and kube's ValidateKubeletServingCSR require, and that the
-// requester is the node named in the CN. It returns the node name.
+// KEP-1513 and kube's ValidateKubeletServingCSR require (signer/csr's
+// rules, every break denied as InvalidRequest), a node name after
+// system:node:, and that the requester is that node. It returns the node
+// name.
 func servingShape(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) (string, *denial) {
-	switch {
-	case !slices.Equal(req.Subject.Organization, []string{nodesGroup}):
-		return "", deny(ReasonInvalidRequest, "subject organization %q is not exactly [system:nodes]", req.Subject.Organization)
-	case len(req.DNSNames) == 0 && len(req.IPAddresses) == 0:
-		return "", deny(ReasonInvalidRequest, "a DNS or IP subjectAltName is required")
-	case len(req.EmailAddresses) > 0:
-		return "", deny(ReasonInvalidRequest, "email subjectAltName %q is not allowed", req.EmailAddresses[0])
-	case len(req.URIs) > 0:
-		return "", deny(ReasonInvalidRequest, "URI subjectAltName %q is not allowed", req.URIs[0].String())
-	case !usageSetIs(csr.Spec.Usages, kubeletServingUsages...):
-		return "", deny(ReasonInvalidRequest, "usages %v are not exactly [digital signature, server auth] or [digital signature, key encipherment, server auth]", csr.Spec.Usages)
-	case !strings.HasPrefix(req.Subject.CommonName, nodeUserPrefix) || req.Subject.CommonName == nodeUserPrefix:
-		return "", deny(ReasonInvalidRequest, "subject common name %q is not system:node:<nodeName>", req.Subject.CommonName)
+	if v := csrsigner.CheckKubeletServing(req, csr.Spec.Usages); v != nil {
+		return "", deny(ReasonInvalidRequest, "%s", v.Message)
 	}
 	cn := req.Subject.CommonName
+	if cn == nodeUserPrefix {
+		return "", deny(ReasonInvalidRequest, "subject common name %q is not system:node:<nodeName>", cn)
+	}
 	if csr.Spec.Username != cn || !slices.Contains(csr.Spec.Groups, nodesGroup) {
 		return "", deny(ReasonRequesterNotAllowed, "requested by user %q (groups %v); only the node itself (%s, group system:nodes) may request its serving certificate",
 			csr.Spec.Username, csr.Spec.Groups, cn)
@@ -218,97 +145,49 @@ func addrOf(ip net.IP) (netip.Addr, bool) {
 }
 
 // customRules are the approval rules of a csr-profile name: who may ask
-// (approval.users/groups) and what (the name's csr policy).
+// (approval.users/groups) and what (the name's csr rules, as the signer
+// reads them).
 type customRules struct {
 	users, groups []string
-	policy        *config.CSRPolicy
-	ipRanges      []netip.Prefix
+	policy        *csrsigner.Policy // nil: the name has no csr rules
 }
 
-func newCustomRules(a *config.Approval, p *config.CSRPolicy) (*customRules, error) {
-	r := &customRules{users: a.Users, groups: a.Groups, policy: p}
-	if p == nil {
+func newCustomRules(s config.Signer) (*customRules, error) {
+	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups}
+	if s.CSR == nil {
 		return r, nil
 	}
-	for _, s := range p.IPRanges {
-		pr, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("parsing csr.ipRanges: %w", err)
-		}
-		r.ipRanges = append(r.ipRanges, pr.Masked())
+	p, err := csrsigner.NewPolicy(s)
+	if err != nil {
+		return nil, err
 	}
+	r.policy = p
 	return r, nil
 }
 
+// customReasons name the signer's rule breaks as the approver's denials.
+var customReasons = map[string]string{
+	csrsigner.ReasonSubjectNotPermitted: ReasonSubjectNotAllowed,
+	csrsigner.ReasonSANNotPermitted:     ReasonSANNotAllowed,
+	csrsigner.ReasonUsagesNotPermitted:  ReasonUsageNotAllowed,
+}
+
 // check approves only a request from an allowed user or group whose
-// subject, SANs and usages are within the csr policy; the first rule
+// subject, SANs and usages are within the csr rules; the first rule
 // broken is named.
 func (r *customRules) check(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) *denial {
 	if !slices.Contains(r.users, csr.Spec.Username) && !slices.ContainsFunc(csr.Spec.Groups, func(g string) bool { return slices.Contains(r.groups, g) }) {
 		return deny(ReasonRequesterNotAllowed, "user %q (groups %v) is in neither approval.users nor approval.groups", csr.Spec.Username, csr.Spec.Groups)
 	}
-	p := r.policy
-	if p == nil {
+	if r.policy == nil {
 		return deny(ReasonSubjectNotAllowed, "the signer name has no csr rules")
 	}
-	if cn := req.Subject.CommonName; cn != "" || len(p.CommonNames) > 0 {
-		if !slices.ContainsFunc(p.CommonNames, func(pat string) bool { return nameMatches(pat, cn, false) }) {
-			return deny(ReasonSubjectNotAllowed, "subject common name %q matches none of csr.commonNames %v", cn, p.CommonNames)
+	if v := r.policy.CheckCustom(req, csr.Spec.Usages); v != nil {
+		reason, ok := customReasons[v.Reason]
+		if !ok {
+			reason = v.Reason
 		}
-	}
-	for _, o := range req.Subject.Organization {
-		if !slices.Contains(p.Organizations, o) {
-			return deny(ReasonSubjectNotAllowed, "subject organization %q is not in csr.organizations %v", o, p.Organizations)
-		}
-	}
-	if s := req.Subject; len(s.OrganizationalUnit)+len(s.Country)+len(s.Province)+len(s.Locality)+len(s.StreetAddress)+len(s.PostalCode) > 0 || s.SerialNumber != "" {
-		return deny(ReasonSubjectNotAllowed, "subject %q has attributes besides CN and O", s.String())
-	}
-	for _, d := range req.DNSNames {
-		if !slices.ContainsFunc(p.DNSNames, func(pat string) bool { return nameMatches(pat, d, true) }) {
-			return deny(ReasonSANNotAllowed, "DNS subjectAltName %q matches none of csr.dnsNames %v", d, p.DNSNames)
-		}
-	}
-	for _, raw := range req.IPAddresses {
-		ip, ok := addrOf(raw)
-		if !ok || !slices.ContainsFunc(r.ipRanges, func(pr netip.Prefix) bool { return pr.Contains(ip) }) {
-			return deny(ReasonSANNotAllowed, "IP subjectAltName %v is in none of csr.ipRanges %v", raw, p.IPRanges)
-		}
-	}
-	for _, u := range req.URIs {
-		if !slices.ContainsFunc(p.URIs, func(pat string) bool { return uriMatches(pat, u.String()) }) {
-			return deny(ReasonSANNotAllowed, "URI subjectAltName %q matches none of csr.uris %v", u.String(), p.URIs)
-		}
-	}
-	if len(req.EmailAddresses) > 0 {
-		return deny(ReasonSANNotAllowed, "email subjectAltName %q is not allowed (csr rules have no email SANs)", req.EmailAddresses[0])
-	}
-	for _, u := range csr.Spec.Usages {
-		if !slices.Contains(p.KeyUsages, string(u)) {
-			return deny(ReasonUsageNotAllowed, "usage %q is not in csr.keyUsages %v", u, p.KeyUsages)
-		}
+		return deny(reason, "%s", v.Message)
 	}
 	return nil
-}
-
-// nameMatches: "*" matches anything, "*.rest" one label then .rest,
-// anything else itself; fold compares case-insensitively (DNS names).
-func nameMatches(pattern, name string, fold bool) bool {
-	eq := func(a, b string) bool { return a == b || fold && strings.EqualFold(a, b) }
-	switch {
-	case pattern == "*":
-		return true
-	case strings.HasPrefix(pattern, "*."):
-		label, rest, ok := strings.Cut(name, ".")
-		return ok && label != "" && label != "*" && eq(rest, pattern[2:])
-	}
-	return eq(pattern, name)
-}
-
-// uriMatches: a trailing "*" matches any rest, else exact.
-func uriMatches(pattern, uri string) bool {
-	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
-		return strings.HasPrefix(uri, prefix)
-	}
-	return pattern == uri
 }

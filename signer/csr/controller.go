@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -216,13 +216,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.synced = true
 	c.mu.Unlock()
 	logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -292,11 +286,6 @@ func done(csr *certv1.CertificateSigningRequest) bool {
 // pending: csr is approved and waits for its certificate.
 func pending(csr *certv1.CertificateSigningRequest) bool {
 	return !done(csr) && condition(csr, certv1.CertificateApproved)
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

@@ -2,22 +2,16 @@ package csr
 
 import (
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"io"
-	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/backends/file"
-	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
 	certv1 "k8s.io/api/certificates/v1"
@@ -33,38 +27,11 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-type countingSigner struct {
-	backends.Signer
-	n atomic.Int32
-}
-
-func (c *countingSigner) SignContext(ctx context.Context, d []byte, o crypto.SignerOpts) ([]byte, error) {
-	c.n.Add(1)
-	return c.Signer.SignContext(ctx, d, o)
-}
-
-func (c *countingSigner) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
-	return c.SignContext(context.Background(), d, o)
-}
-
 const unitName = "keyward.dev/unit"
 
-func unitSigner(t *testing.T) (*Signer, *countingSigner) {
+func unitSigner(t *testing.T) (*Signer, *testca.CountingSigner) {
 	t.Helper()
-	key, err := file.New().CreateKey(context.Background(), backends.CreateKeyRequest{
-		URI: "file:" + filepath.Join(t.TempDir(), "ca.pem"), Algorithm: backends.ECDSAP256SHA256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "ca", Lifetime: 24 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counting := &countingSigner{Signer: key}
-	auth, err := authority.New(root, nil, counting)
-	if err != nil {
-		t.Fatal(err)
-	}
+	auth, counting := testca.New(t)
 	p, err := NewPolicy(config.Signer{Name: unitName, Profile: config.ProfileKubeAPIServerClient, AllowedKeyTypes: config.AllKeyTypes(),
 		MaxLifetime: metav1.Duration{Duration: time.Hour}, Backdate: &metav1.Duration{Duration: time.Minute}})
 	if err != nil {
@@ -159,13 +126,13 @@ func TestOnlyApprovedPendingCSRsOfItsNameAreSigned(t *testing.T) {
 			}
 			updates := statusUpdates(client)
 			if tc.wantSign {
-				if counting.n.Load() != 1 || len(updates) != 1 || len(updates[0].Status.Certificate) == 0 {
-					t.Fatalf("signatures %d, status updates %d; want one of each, with a certificate", counting.n.Load(), len(updates))
+				if counting.Signatures() != 1 || len(updates) != 1 || len(updates[0].Status.Certificate) == 0 {
+					t.Fatalf("signatures %d, status updates %d; want one of each, with a certificate", counting.Signatures(), len(updates))
 				}
 				return
 			}
-			if counting.n.Load() != 0 || len(updates) != 0 {
-				t.Fatalf("signatures %d, status updates %d; want none", counting.n.Load(), len(updates))
+			if counting.Signatures() != 0 || len(updates) != 0 {
+				t.Fatalf("signatures %d, status updates %d; want none", counting.Signatures(), len(updates))
 			}
 		})
 	}
@@ -189,8 +156,8 @@ func TestAConflictingWriteNeverSignsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	updates := statusUpdates(client)
-	if counting.n.Load() != 1 || len(updates) != 3 {
-		t.Fatalf("signatures %d, status writes %d; want 1 signature written three times", counting.n.Load(), len(updates))
+	if counting.Signatures() != 1 || len(updates) != 3 {
+		t.Fatalf("signatures %d, status writes %d; want 1 signature written three times", counting.Signatures(), len(updates))
 	}
 	for _, u := range updates[1:] {
 		if string(u.Status.Certificate) != string(updates[0].Status.Certificate) {
@@ -201,8 +168,8 @@ func TestAConflictingWriteNeverSignsTwice(t *testing.T) {
 	if _, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name}); err != nil {
 		t.Fatal(err)
 	}
-	if counting.n.Load() != 1 {
-		t.Fatalf("signatures %d after another pass, want 1", counting.n.Load())
+	if counting.Signatures() != 1 {
+		t.Fatalf("signatures %d after another pass, want 1", counting.Signatures())
 	}
 }
 
@@ -227,8 +194,8 @@ func TestATransientWriteErrorRetriesTheSameCertificate(t *testing.T) {
 	if _, err := c.sync(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if counting.n.Load() != 1 {
-		t.Fatalf("signatures %d, want 1", counting.n.Load())
+	if counting.Signatures() != 1 {
+		t.Fatalf("signatures %d, want 1", counting.Signatures())
 	}
 }
 
@@ -244,8 +211,8 @@ func TestARuleBreakerIsFailedWithAnEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	updates := statusUpdates(client)
-	if counting.n.Load() != 0 || len(updates) != 1 {
-		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.n.Load(), len(updates))
+	if counting.Signatures() != 0 || len(updates) != 1 {
+		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.Signatures(), len(updates))
 	}
 	conds := updates[0].Status.Conditions
 	last := conds[len(conds)-1]
@@ -270,8 +237,8 @@ func TestAnUnparsableRequestIsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	updates := statusUpdates(client)
-	if counting.n.Load() != 0 || len(updates) != 1 {
-		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.n.Load(), len(updates))
+	if counting.Signatures() != 0 || len(updates) != 1 {
+		t.Fatalf("signatures %d, status writes %d; want 0 and 1", counting.Signatures(), len(updates))
 	}
 	if conds := updates[0].Status.Conditions; conds[len(conds)-1].Reason != ReasonInvalidRequest {
 		t.Fatalf("conditions %+v, want Failed %s", conds, ReasonInvalidRequest)

@@ -146,11 +146,11 @@ func (p *Policy) Check(req *x509.CertificateRequest, usages []certv1.KeyUsage) *
 	case config.ProfileKubeAPIServerClient:
 		return kubeAPIServerClient(usages)
 	case config.ProfileKubeAPIServerClientKubelet:
-		return kubeletClient(req, usages)
+		return CheckKubeletClient(req, usages)
 	case config.ProfileKubeletServing:
-		return kubeletServing(req, usages)
+		return CheckKubeletServing(req, usages)
 	}
-	return p.checkCustom(req, usages)
+	return p.CheckCustom(req, usages)
 }
 
 // checkExtensions refuses basicConstraints CA:TRUE everywhere. Under
@@ -234,8 +234,10 @@ func nodeSubject(req *x509.CertificateRequest, signer string) *Violation {
 	return nil
 }
 
-// kubeletClient: kube-controller-manager's ValidateKubeletClientCSR.
-func kubeletClient(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
+// CheckKubeletClient is kube-controller-manager's ValidateKubeletClientCSR:
+// the shape of a kubernetes.io/kube-apiserver-client-kubelet request (the
+// approver recognises a kubelet client CSR by it too).
+func CheckKubeletClient(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
 	const signer = "kubernetes.io/kube-apiserver-client-kubelet"
 	if v := nodeSubject(req, signer); v != nil {
 		return v
@@ -252,8 +254,10 @@ func kubeletClient(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Viol
 	return nil
 }
 
-// kubeletServing: kube-controller-manager's ValidateKubeletServingCSR.
-func kubeletServing(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
+// CheckKubeletServing is kube-controller-manager's
+// ValidateKubeletServingCSR: the shape of a kubernetes.io/kubelet-serving
+// request (the approver checks it before the requester and the Node).
+func CheckKubeletServing(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
 	const signer = "kubernetes.io/kubelet-serving"
 	if v := nodeSubject(req, signer); v != nil {
 		return v
@@ -274,12 +278,15 @@ func kubeletServing(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Vio
 	return nil
 }
 
-// checkCustom applies a csr profile's rules.
-func (p *Policy) checkCustom(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
+// CheckCustom applies a csr profile's rules (subject, SANs, usages) and
+// nothing else: Check adds the key type and extension rules. The approver
+// approves a custom name's request by these same rules. p must be of
+// profile csr (NewPolicy then holds its rules).
+func (p *Policy) CheckCustom(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
 	c := p.CSR
 	for _, a := range req.Subject.Names {
 		if !a.Type.Equal(oidCommonName) && !a.Type.Equal(oidOrganization) {
-			return violation(ReasonSubjectNotPermitted, "signer %s permits only CN and O in the subject; the request has attribute %s", p.Name, a.Type)
+			return violation(ReasonSubjectNotPermitted, "signer %s permits only CN and O in the subject; the request's subject %q has attribute %s", p.Name, req.Subject.String(), a.Type)
 		}
 	}
 	// A CN is required once commonNames are set ("*" alone admits none

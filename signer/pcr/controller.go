@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
@@ -31,7 +33,6 @@ import (
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -337,17 +338,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
 
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.runWorker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -375,11 +366,6 @@ func (c *Controller) forget(obj any) {
 		return
 	}
 	c.records.drop(r.uid)
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
@@ -751,7 +737,7 @@ func (c *Controller) issuedStatus(s *signerState, cert *issuedCert) status {
 // terminal writes a Denied or Failed condition and nothing else. The
 // message is cut to fit the apiserver's limits with room to spare.
 func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, typ, reason, msg string) (time.Duration, error) {
-	msg = truncate(msg, maxConditionMessage)
+	msg = kubemsg.Truncate(msg, kubemsg.MaxConditionMessage)
 	err := c.api.writeStatus(ctx, r, status{conditions: []metav1.Condition{{
 		Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.NewTime(c.opts.Clock.Now()),
@@ -775,7 +761,7 @@ func (c *Controller) terminal(ctx context.Context, s *signerState, r *request, t
 	}
 	c.records.markWritten(r.uid)
 	c.observe(s, r, typ, reason)
-	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", truncate(msg, maxEventMessage))
+	klog.FromContext(ctx).Info(typ, "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name, "reason", reason, "message", kubemsg.Truncate(msg, kubemsg.MaxEventMessage))
 	c.events.warning(r.obj, reason, "%s: %s", typ, msg)
 	return 0, nil
 }

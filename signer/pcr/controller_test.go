@@ -6,13 +6,12 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
@@ -30,37 +29,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// countingSigner counts signatures made with the CA key.
-type countingSigner struct {
-	backends.Signer
-	n atomic.Int32
-}
-
-func (c *countingSigner) SignContext(ctx context.Context, d []byte, o crypto.SignerOpts) ([]byte, error) {
-	c.n.Add(1)
-	return c.Signer.SignContext(ctx, d, o)
-}
-
-func (c *countingSigner) Sign(r io.Reader, d []byte, o crypto.SignerOpts) ([]byte, error) {
-	return c.SignContext(context.Background(), d, o)
-}
-
-func testSigner(t *testing.T) (*Signer, *countingSigner) {
+func testSigner(t *testing.T) (*Signer, *testca.CountingSigner) {
 	t.Helper()
-	key, err := file.New().CreateKey(context.Background(), backends.CreateKeyRequest{
-		URI: "file:" + filepath.Join(t.TempDir(), "ca.pem"), Algorithm: backends.ECDSAP256SHA256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "ca", Lifetime: 24 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counting := &countingSigner{Signer: key}
-	auth, err := authority.New(root, nil, counting)
-	if err != nil {
-		t.Fatal(err)
-	}
+	auth, counting := testca.New(t)
 	prof, _ := profile.New(config.Signer{Profile: config.ProfileSPIFFE, SPIFFE: &config.SPIFFE{TrustDomain: "td"}})
 	return &Signer{Name: "keyward.dev/unit", Issuer: issuer.Static{Authority: auth}, Profile: prof, Backend: "file",
 		AllowedKeyTypes: config.AllKeyTypes(), MaxLifetime: 24 * time.Hour, RefreshPoint: 0.5, Backdate: 2 * time.Minute}, counting
@@ -126,7 +97,7 @@ func TestConflictRetryReusesTheSignedCertificate(t *testing.T) {
 	if writes[0].Status.CertificateChain != writes[1].Status.CertificateChain {
 		t.Error("the retry wrote a different certificate")
 	}
-	if n := counting.n.Load(); n != 1 {
+	if n := counting.Signatures(); n != 1 {
 		t.Errorf("the CA key signed %d times, want once", n)
 	}
 	if rec := c.records.get(p.UID, time.Now()); rec.cert != nil || !rec.written {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/signer/config"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
@@ -81,5 +82,5 @@ func (e *eventLog) record(obj runtime.Object, typ, reason, msg string) {
 		return
 	}
 	e.metrics.Events.WithLabelValues(typ, reason).Inc()
-	e.rec.Event(obj, typ, reason, truncate(msg, maxEventMessage))
+	e.rec.Event(obj, typ, reason, kubemsg.Truncate(msg, kubemsg.MaxEventMessage))
 }

@@ -79,7 +79,7 @@ func TestIssuerGatesEverySignature(t *testing.T) {
 			if err != nil && Classify(err) != Transient {
 				t.Fatalf("sync error %v is %s, want transient", err, Classify(err))
 			}
-			if n := counting.n.Load(); n != tc.wantSigned {
+			if n := counting.Signatures(); n != tc.wantSigned {
 				t.Fatalf("the CA key signed %d times, want %d", n, tc.wantSigned)
 			}
 			got, _ := client.CertificatesV1().PodCertificateRequests(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})

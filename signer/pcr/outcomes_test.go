@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
@@ -458,8 +459,8 @@ func TestConditionMessagesAreBounded(t *testing.T) {
 		t.Fatalf("condition %q, want Denied", typ)
 	}
 	msg := got.Status.Conditions[0].Message
-	if len(msg) > maxConditionMessage || !strings.Contains(msg, "truncated") {
-		t.Fatalf("message of %d bytes (want ≤ %d, saying it was truncated)", len(msg), maxConditionMessage)
+	if len(msg) > kubemsg.MaxConditionMessage || !strings.Contains(msg, "truncated") {
+		t.Fatalf("message of %d bytes (want ≤ %d, saying it was truncated)", len(msg), kubemsg.MaxConditionMessage)
 	}
 
 	// Many unknown annotation keys: a few are named, the rest counted.

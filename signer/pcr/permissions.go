@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -247,12 +248,12 @@ func (g *PermissionGate) Refused(ctx context.Context, signerName, detail string)
 	g.mu.Lock()
 	was := g.missing[signerName] != nil || g.general != nil
 	if g.missing[signerName] == nil {
-		g.missing[signerName] = fmt.Errorf("kube-apiserver refused a status write for lack of permission: %s", truncate(detail, 512))
+		g.missing[signerName] = fmt.Errorf("kube-apiserver refused a status write for lack of permission: %s", kubemsg.Truncate(detail, 512))
 	}
 	g.mu.Unlock()
 	if !was {
 		klog.FromContext(ctx).Error(nil, "kube-apiserver refused a status write for lack of permission; not signing for this signer name until a permission check passes",
-			"signer", signerName, "answer", truncate(detail, 512))
+			"signer", signerName, "answer", kubemsg.Truncate(detail, 512))
 		if g.onState != nil {
 			g.onState(signerName, true)
 		}

@@ -1,4 +1,8 @@
-package pcr
+// Package kubemsg keeps what keyward writes into a Kubernetes object's
+// condition message or an Event note within the sizes kube-apiserver
+// accepts. A message often quotes what a request asked for (a SAN, a CN),
+// which the requester chose, so it can be arbitrarily long.
+package kubemsg
 
 import (
 	"fmt"
@@ -9,13 +13,13 @@ import (
 // messages over 32 KiB and Event notes over 1 KiB (events.k8s.io); keyward
 // stays well inside both, so no request can make a status unwritable.
 const (
-	maxConditionMessage = 4 << 10
-	maxEventMessage     = 1 << 10
+	MaxConditionMessage = 4 << 10
+	MaxEventMessage     = 1 << 10
 )
 
-// truncate cuts s to at most n bytes on a rune boundary, saying how long it
+// Truncate cuts s to at most n bytes on a rune boundary, saying how long it
 // was.
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
