@@ -417,19 +417,20 @@ func (c *Controller) issue(ctx context.Context, s *signerState, csr *certv1.Cert
 func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, cert []byte) (time.Duration, error) {
 	csrs := c.opts.Client.CertificatesV1().CertificateSigningRequests()
 	cur := csr.DeepCopy()
+	// Read before writing: once the write lands, the informer's update can
+	// drop the record before this function logs.
+	c.mu.Lock()
+	serial, notAfter := "", time.Time{}
+	if rec := c.records[csr.UID]; rec != nil {
+		serial, notAfter = rec.serial, rec.notAfter
+	}
+	c.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		cur.Status.Certificate = cert
 		_, err := csrs.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
 			c.update(csr.UID, func(r *reqRecord) { r.written, r.certificate = true, nil })
-			c.mu.Lock()
-			rec := c.records[csr.UID]
-			serial, notAfter := "", time.Time{}
-			if rec != nil {
-				serial, notAfter = rec.serial, rec.notAfter
-			}
-			c.mu.Unlock()
 			c.outcomes.WithLabelValues(s.Policy.Name, "Issued", "Issued").Inc()
 			klog.FromContext(ctx).Info("Signed CSR", "csr", csr.Name, "signer", s.Policy.Name, "user", csr.Spec.Username,
 				"serial", serial, "notAfter", notAfter.UTC().Format(time.RFC3339))
