@@ -91,4 +91,3 @@ func TestReviewACertificateWrittenByAnotherSignerIsLoudAtDefaultVerbosity(t *tes
 		t.Errorf("losing the status write to another signer logged nothing pointing at kube-controller-manager at default verbosity; got:\n%s", logged)
 	}
 }
-
