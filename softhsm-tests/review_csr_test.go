@@ -101,7 +101,9 @@ signers:
 	runCtx, stop := context.WithCancel(klog.NewContext(context.Background(),
 		textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0), textlogger.Output(&logs)))))
 	done := make(chan error, 1)
-	go func() { done <- approver.Run(runCtx, approver.RunOptions{Config: cfg, Identity: uniqueName(t, "approver")}) }()
+	go func() {
+		done <- approver.Run(runCtx, approver.RunOptions{Config: cfg, Identity: uniqueName(t, "approver")})
+	}()
 	defer func() { stop(); <-done }()
 
 	c := createTestCSR(t, ctx, cp.AdminClient(), "example.com/node-daemons",
