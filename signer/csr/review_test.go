@@ -60,7 +60,11 @@ func foreignCertificate(t *testing.T) []byte {
 // certificate first; is kube-controller-manager's csrsigning controller
 // still signing this name? (docs/signers.md, Handing the kubernetes.io
 // names to keyward)", "csr", …, "signer", …, "issuer", <the written leaf's
-// issuer DN>), and count it (outcome "SignedElsewhere").
+// issuer DN>), and count it (outcome "SignedElsewhere"). Only when the
+// written leaf was not issued by one of this name's CA generations (its
+// issuer/AuthorityKeyId differs from auth.Chain()[0]'s subject/SubjectKeyId):
+// a certificate of ours written first by the previous leader during a
+// handover is not this mistake and stays at V(2).
 func TestReviewACertificateWrittenByAnotherSignerIsLoudAtDefaultVerbosity(t *testing.T) {
 	s, counting := unitSigner(t)
 	req := unitCSR(t, "both-sign", unitName, true)
