@@ -95,7 +95,28 @@ type Controller struct {
 
 	mu     sync.Mutex
 	synced bool
+	// told holds what was already said at default verbosity: a refused
+	// grant per signer name and refusal, an unauthorized CSR per name.
+	told map[string]bool
 }
+
+// tellOnce reports whether key is new (and remembers it).
+func (c *Controller) tellOnce(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.told == nil {
+		c.told = map[string]bool{}
+	}
+	if c.told[key] {
+		return false
+	}
+	c.told[key] = true
+	return true
+}
+
+// forbiddenWait is how long a CSR waits after the apiserver refused one of
+// the approver's own calls (a grant is missing; backoff would only hide it).
+const forbiddenWait = 30 * time.Second
 
 // New validates opts and builds the controller. It starts nothing.
 func New(opts Options) (*Controller, error) {
@@ -238,8 +259,23 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		klog.FromContext(ctx).V(2).Info("Looking again later", "csr", key.name, "signer", key.signer, "after", w.after, "reason", err)
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, w.after)
+	case apierrors.IsForbidden(err):
+		// The approver's identity lacks a grant: say so once per signer
+		// name (at default verbosity) and look again at a steady pace.
+		if c.tellOnce("forbidden/" + key.signer) {
+			klog.FromContext(ctx).Error(err, "The apiserver refused the approver: grant its identity approve on certificates.k8s.io signers "+key.signer+
+				" (or <domain>/*), update on certificatesigningrequests/approval, get on nodes and create on subjectaccessreviews (deploy/base/approver-rbac.yaml)",
+				"signer", key.signer, "csr", key.name)
+		}
+		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, forbiddenWait)
 	default:
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
+		if errors.Is(err, errNotAuthorized) && c.tellOnce("unauthorized/"+key.signer+"/"+key.name) {
+			klog.FromContext(ctx).Info("Leaving kubelet client CSR undecided until its requester is authorized: bind system:certificates.k8s.io:certificatesigningrequests:nodeclient (bootstrap) or …:selfnodeclient (renewal) to the requester, as kubeadm does",
+				"csr", key.name, "signer", key.signer, "reason", err.Error())
+		}
 		klog.FromContext(ctx).V(2).Info("Retrying with backoff", "csr", key.name, "signer", key.signer, "err", err)
 		c.queue.AddRateLimited(key)
 	}

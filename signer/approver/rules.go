@@ -182,7 +182,7 @@ func (r *customRules) check(csr *certificatesv1.CertificateSigningRequest, req *
 	if r.policy == nil {
 		return deny(ReasonSubjectNotAllowed, "the signer name has no csr rules")
 	}
-	if v := r.policy.CheckCustom(req, csr.Spec.Usages); v != nil {
+	if v := r.policy.Check(req, csr.Spec.Usages); v != nil {
 		reason, ok := customReasons[v.Reason]
 		if !ok {
 			reason = v.Reason

@@ -1,6 +1,7 @@
 package csr
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
@@ -88,6 +90,9 @@ type Controller struct {
 	mu      sync.Mutex
 	synced  bool
 	records map[types.UID]*reqRecord
+	// elsewhere holds the signer names for which a certificate by another
+	// CA was seen written first (logged once per name).
+	elsewhere map[string]bool
 }
 
 type signerState struct {
@@ -454,6 +459,9 @@ func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.Cert
 				// Signed, denied or failed meanwhile (or a new CSR of the
 				// same name): this certificate is never written.
 				c.update(csr.UID, func(r *reqRecord) { r.written, r.certificate = true, nil })
+				if fresh.UID == csr.UID && len(fresh.Status.Certificate) > 0 {
+					c.signedElsewhere(ctx, s, csr, cert, fresh.Status.Certificate)
+				}
 				return 0, nil
 			}
 			cur = fresh.DeepCopy()
@@ -466,13 +474,60 @@ func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.Cert
 	}
 }
 
+// signedElsewhere reports a CSR whose certificate another signer wrote
+// first: a leaf from another CA (not the issuer of ours) means a second
+// signer serves this name, most likely kube-controller-manager's
+// csrsigning controller. Said once per signer name at default verbosity;
+// a leaf of our own CA (a previous leader's, during a handover) only at V(2).
+func (c *Controller) signedElsewhere(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, ours, written []byte) {
+	logger := klog.FromContext(ctx)
+	ourLeaf, theirLeaf := firstCertificate(ours), firstCertificate(written)
+	if ourLeaf != nil && theirLeaf != nil && bytes.Equal(ourLeaf.RawIssuer, theirLeaf.RawIssuer) && bytes.Equal(ourLeaf.AuthorityKeyId, theirLeaf.AuthorityKeyId) {
+		logger.V(2).Info("CSR already carries a certificate of this CA (written by another replica)", "csr", csr.Name, "signer", s.Policy.Name)
+		return
+	}
+	c.outcomes.WithLabelValues(s.Policy.Name, "SignedElsewhere", "SignedElsewhere").Inc()
+	issuer := "unparsable certificate"
+	if theirLeaf != nil {
+		issuer = theirLeaf.Issuer.String()
+	}
+	c.mu.Lock()
+	first := !c.elsewhere[s.Policy.Name]
+	if c.elsewhere == nil {
+		c.elsewhere = map[string]bool{}
+	}
+	c.elsewhere[s.Policy.Name] = true
+	c.mu.Unlock()
+	if first {
+		logger.Error(nil, "Another signer wrote this CSR's certificate first; is kube-controller-manager's csrsigning controller still signing this name? (docs/signers.md, Handing the kubernetes.io names to keyward)",
+			"csr", csr.Name, "signer", s.Policy.Name, "issuer", issuer)
+	} else {
+		logger.V(2).Info("Another signer wrote this CSR's certificate first", "csr", csr.Name, "signer", s.Policy.Name, "issuer", issuer)
+	}
+}
+
+// firstCertificate parses the first CERTIFICATE block of PEM data, or nil.
+func firstCertificate(data []byte) *x509.Certificate {
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return nil
+		}
+		if b.Type == "CERTIFICATE" {
+			c, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return nil
+			}
+			return c
+		}
+	}
+}
+
 // fail adds a Failed condition naming the broken rule. Nothing is signed
 // for the CSR afterwards.
 func (c *Controller) fail(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, v *Violation) (time.Duration, error) {
-	msg := v.Message
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage] + "…"
-	}
+	msg := kubemsg.Truncate(v.Message, kubemsg.MaxConditionMessage)
 	cur := csr.DeepCopy()
 	now := metav1.NewTime(c.opts.Clock.Now())
 	cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{

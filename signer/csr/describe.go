@@ -176,4 +176,9 @@ csrsigning controller). Before configuring keyward for one of them:
   commented example. The same holds for a custom name outside keyward.dev.
   Never grant the signer ` + "`approve`" + `: approving is the approver's, under its
   own identity.
+
+If kube-controller-manager still signs a name keyward serves, both sign and
+the first certificate written wins: keyward logs once per name, at the
+default verbosity, "Another signer wrote this CSR's certificate first" with
+the other certificate's issuer, and counts it in ` + "`keyward_csr_outcomes_total`" + ` (outcome SignedElsewhere).
 `

@@ -88,8 +88,8 @@ func TestReviewACertificateWrittenByAnotherSignerIsLoudAtDefaultVerbosity(t *tes
 	if _, err := c.sync(ctx, queueKey{signer: unitName, name: req.Name}); err != nil {
 		t.Fatal(err)
 	}
-	if counting.n.Load() != 1 {
-		t.Fatalf("signatures %d, want 1 (the one that lost the race)", counting.n.Load())
+	if counting.Signatures() != 1 {
+		t.Fatalf("signatures %d, want 1 (the one that lost the race)", counting.Signatures())
 	}
 	if logged := buf.String(); !strings.Contains(logged, "both-sign") || !strings.Contains(logged, "kube-controller-manager") {
 		t.Errorf("losing the status write to another signer logged nothing pointing at kube-controller-manager at default verbosity; got:\n%s", logged)

@@ -81,6 +81,10 @@ func NewPolicy(sc config.Signer) (*Policy, error) {
 		return nil, fmt.Errorf("signer %s: profile %q serves PodCertificateRequests, not CSRs", sc.Name, sc.Profile)
 	}
 	p := &Policy{Name: sc.Name, Profile: sc.Profile, CSR: sc.CSR, AllowedKeyTypes: sc.AllowedKeyTypes, MaxLifetime: sc.MaxLifetime.Duration}
+	if len(p.AllowedKeyTypes) == 0 {
+		// The configuration's default (config.Default does the same).
+		p.AllowedKeyTypes = config.AllKeyTypes()
+	}
 	if sc.Backdate != nil {
 		p.Backdate = sc.Backdate.Duration
 	}
