@@ -15,7 +15,9 @@ import (
 )
 
 // Secrets the URIs and configurations below carry.
-var secrets = []string{"314159", "27182", "hunter2", "AKIDLEAKED"}
+// (Not all digits: a random temp dir name, which the output quotes, can hold
+// any run of digits.)
+var secrets = []string{"31qz4159", "27qz182", "hunter2", "AKIDLEAKED"}
 
 // `keyward key inspect` and `key create` print no PIN or credential, whatever
 // is wrong with the URI or endpoint that carries it.
@@ -27,13 +29,13 @@ func TestKeyCommandsShowNoSecrets(t *testing.T) {
 		uri   string
 		flags []string
 	}{
-		{name: "an unknown scheme", uri: "nosuch:token=a;pin-value=314159"},
-		{name: "an upper-case scheme", uri: "PKCS11:token=a;object=ca;pin-value=314159?" + module},
-		{name: "a PIN in the path", uri: "pkcs11:token=a;object=ca;pin-value=314159?" + module},
-		{name: "a PIN with a space and a quote", uri: "pkcs11:token=a;object=ca?" + module + `&pin-value=314159 27182"hunter2`},
-		{name: "a PIN in the query, in mixed case", uri: "pkcs11:token=a;object=ca?" + module + "&Pin-Value=314159"},
-		{name: "a PIN and an unknown attribute", uri: "pkcs11:token=a;object=ca;bogus=1?" + module + "&PIN-VALUE=314159"},
-		{name: "a PIN where its source belongs", uri: "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&pin-source=314159"},
+		{name: "an unknown scheme", uri: "nosuch:token=a;pin-value=31qz4159"},
+		{name: "an upper-case scheme", uri: "PKCS11:token=a;object=ca;pin-value=31qz4159?" + module},
+		{name: "a PIN in the path", uri: "pkcs11:token=a;object=ca;pin-value=31qz4159?" + module},
+		{name: "a PIN with a space and a quote", uri: "pkcs11:token=a;object=ca?" + module + `&pin-value=31qz4159 27qz182"hunter2`},
+		{name: "a PIN in the query, in mixed case", uri: "pkcs11:token=a;object=ca?" + module + "&Pin-Value=31qz4159"},
+		{name: "a PIN and an unknown attribute", uri: "pkcs11:token=a;object=ca;bogus=1?" + module + "&PIN-VALUE=31qz4159"},
+		{name: "a PIN where its source belongs", uri: "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&pin-source=31qz4159"},
 		{name: "an awskms endpoint with user information", uri: "awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1"},
 		{name: "a bad awskms endpoint with user information", uri: "awskms:region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1/%zz"},
 		{name: "a Cloud KMS emulator address with user information", uri: gcpKey + "/cryptoKeyVersions/1", flags: []string{"--gcpkms-emulator", "AKIDLEAKED:hunter2@127.0.0.1:1", "--timeout", "5s"}},
@@ -63,10 +65,10 @@ func TestSignerCheckConfigShowsNoSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A leftover ca: block whose key URI holds a PIN.
-	cfg := bytes.Replace(full, []byte("  profile: podIdentity\n"), []byte("  profile: podIdentity\n  ca:\n    keyURI: PKCS11:pin-value=314159;token=keyward;object=ca\n"), 1)
+	cfg := bytes.Replace(full, []byte("  profile: podIdentity\n"), []byte("  profile: podIdentity\n  ca:\n    keyURI: PKCS11:pin-value=31qz4159;token=keyward;object=ca\n"), 1)
 	cfg = bytes.Replace(cfg, []byte("maxLifetime: 24h"), []byte("maxLifetime: 30m"), 1)
 	cfg = bytes.Replace(cfg, []byte("endpoint: cloudkms.googleapis.com:443"), []byte("endpoint: AKIDLEAKED:hunter2@cloudkms.googleapis.com:443"), 1)
-	if bytes.Equal(cfg, full) || !bytes.Contains(cfg, []byte("314159")) || !bytes.Contains(cfg, []byte("hunter2")) {
+	if bytes.Equal(cfg, full) || !bytes.Contains(cfg, []byte("31qz4159")) || !bytes.Contains(cfg, []byte("hunter2")) {
 		t.Fatal("the test configuration did not change as intended")
 	}
 	file := filepath.Join(t.TempDir(), "secret.yaml")
@@ -104,8 +106,8 @@ func TestSignerRunShowsNoSecrets(t *testing.T) {
 		klog.LogToStderr(true)
 	}()
 	for _, keyURI := range []string{
-		"pkcs11:token=keyward;object=ca;PIN-VALUE=314159?module-path=/tmp/evil.so",
-		"PKCS11:token=keyward;object=ca?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-value=314159",
+		"pkcs11:token=keyward;object=ca;PIN-VALUE=31qz4159?module-path=/tmp/evil.so",
+		"PKCS11:token=keyward;object=ca?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-value=31qz4159",
 		"awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1",
 	} {
 		t.Run(keyURI[:6], func(t *testing.T) {
