@@ -17,7 +17,7 @@ import (
 )
 
 // Secrets the URIs below carry; none may appear in any error.
-var secrets = []string{"314159", "27182", "hunter2", "AKIDLEAKED", "kq7zz", "wq8yy"}
+var secrets = []string{"31qz4159", "27qz182", "hunter2", "AKIDLEAKED", "kq7zz", "wq8yy"}
 
 // mistakes are key URIs that carry a PIN or a credential and are wrong in
 // one way each, so that opening or creating them fails.
@@ -25,13 +25,13 @@ func mistakes(t *testing.T) []struct{ name, uri string } {
 	const module = "module-path=/usr/lib/softhsm/libsofthsm2.so"
 	dir := t.TempDir()
 	return []struct{ name, uri string }{
-		{"an unknown scheme", "nosuch:token=a;pin-value=314159"},
-		{"an upper-case scheme", "PKCS11:token=a;object=ca;pin-value=314159?" + module},
-		{"no scheme at all", "token=a;pin-value=314159"},
-		{"a PIN in the path", "pkcs11:token=a;object=ca;pin-value=314159?" + module},
-		{"a PIN in the query", "pkcs11:token=a;object=ca?" + module + "&pin-value=314159"},
-		{"a PIN attribute in upper case", "pkcs11:token=a;object=ca;PIN-VALUE=314159?" + module},
-		{"a PIN attribute in mixed case in the query", "pkcs11:token=a;object=ca?" + module + "&Pin-Value=314159"},
+		{"an unknown scheme", "nosuch:token=a;pin-value=31qz4159"},
+		{"an upper-case scheme", "PKCS11:token=a;object=ca;pin-value=31qz4159?" + module},
+		{"no scheme at all", "token=a;pin-value=31qz4159"},
+		{"a PIN in the path", "pkcs11:token=a;object=ca;pin-value=31qz4159?" + module},
+		{"a PIN in the query", "pkcs11:token=a;object=ca?" + module + "&pin-value=31qz4159"},
+		{"a PIN attribute in upper case", "pkcs11:token=a;object=ca;PIN-VALUE=31qz4159?" + module},
+		{"a PIN attribute in mixed case in the query", "pkcs11:token=a;object=ca?" + module + "&Pin-Value=31qz4159"},
 		{"a PIN with an unescaped ';'", "pkcs11:token=a;object=ca;pin-value=31415;9?" + module},
 		{"a PIN with an unescaped '&' in the query", "pkcs11:token=a;object=ca?pin-value=314&159&" + module},
 		{"a PIN with an unescaped '?' in the path", "pkcs11:token=a;object=ca;pin-value=314?159;" + module},
@@ -39,15 +39,15 @@ func mistakes(t *testing.T) []struct{ name, uri string } {
 		{"a PIN with a double quote", "pkcs11:token=a;object=ca?" + module + `&pin-value=kq7zz"wq8yy`},
 		{"a PIN with a single quote, in upper case", "pkcs11:token=a;object=ca?" + module + "&PIN-VALUE=kq7zz'wq8yy"},
 		{"a PIN with a tab in the path", "pkcs11:token=a;object=ca;pin-value=kq7zz\twq8yy?" + module},
-		{"a PIN and an unknown attribute", "pkcs11:token=a;object=ca;bogus=1;pin-value=314159?" + module},
-		{"a PIN and a module that is not allowed", "pkcs11:token=a;object=ca;pin-value=314159?module-path=/tmp/evil.so"},
-		{"a PIN where its source belongs, and a module that is not allowed", "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&pin-source=314159"},
-		{"a PIN where its source belongs, in mixed case", "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&Pin-Source=314159"},
-		{"a PIN in a file URI", "file:" + filepath.Join(dir, "missing.pem") + "?pin-value=314159"},
+		{"a PIN and an unknown attribute", "pkcs11:token=a;object=ca;bogus=1;pin-value=31qz4159?" + module},
+		{"a PIN and a module that is not allowed", "pkcs11:token=a;object=ca;pin-value=31qz4159?module-path=/tmp/evil.so"},
+		{"a PIN where its source belongs, and a module that is not allowed", "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&pin-source=31qz4159"},
+		{"a PIN where its source belongs, in mixed case", "pkcs11:token=a;object=ca?module-path=/tmp/evil.so&Pin-Source=31qz4159"},
+		{"a PIN in a file URI", "file:" + filepath.Join(dir, "missing.pem") + "?pin-value=31qz4159"},
 		{"a password in an upper-case file URI", "FILE:" + filepath.Join(dir, "missing.pem") + "?password=hunter2"},
-		{"a PIN in a gcpkms URI", "gcpkms:projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1?pin-value=314159"},
-		{"a PIN in a malformed gcpkms name", "gcpkms:projects/p;pin-value=314159/locations/l"},
-		{"a PIN in an awskms URI", "awskms:key-id=k;region=eu-west-1;pin-value=314159"},
+		{"a PIN in a gcpkms URI", "gcpkms:projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1?pin-value=31qz4159"},
+		{"a PIN in a malformed gcpkms name", "gcpkms:projects/p;pin-value=31qz4159/locations/l"},
+		{"a PIN in an awskms URI", "awskms:key-id=k;region=eu-west-1;pin-value=31qz4159"},
 		{"an awskms endpoint with user information", "awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1"},
 		{"an awskms endpoint with user information and a bad escape", "awskms:key-id=k;region=eu-west-1?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1/%zz"},
 		{"an awskms endpoint of another scheme with user information", "awskms:key-id=k;region=eu-west-1?endpoint=ftp://AKIDLEAKED:hunter2@127.0.0.1"},
@@ -55,7 +55,7 @@ func mistakes(t *testing.T) []struct{ name, uri string } {
 		{"a percent-encoded awskms endpoint with user information", "awskms:key-id=k;region=eu-west-1?endpoint=https%3A%2F%2FAKIDLEAKED%3Ahunter2%40127.0.0.1%3A1%2F%25zz"},
 		{"a bad awskms region and a password", "awskms:key-id=k;region=EU?password=hunter2"},
 		{"an awskms creation URI with user information", "awskms:region=eu-west-1;description=ca?endpoint=https://AKIDLEAKED:hunter2@127.0.0.1:1"},
-		{"a gcpkms URI with a token parameter", "gcpkms:projects/p/locations/l/keyRings/r/cryptoKeys/k?access_token=27182"},
+		{"a gcpkms URI with a token parameter", "gcpkms:projects/p/locations/l/keyRings/r/cryptoKeys/k?access_token=27qz182"},
 	}
 }
 
