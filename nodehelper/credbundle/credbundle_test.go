@@ -315,3 +315,62 @@ func testTLSAcrossRotations(t *testing.T, single bool) {
 	}
 	t.Logf("%d handshakes across %d rotations", count, rotations)
 }
+
+// TestReaderHammeringAPairNeverSeesAMismatch reloads a key and chain pair
+// in a loop while atomicdir replaces it, each time with a new key: every
+// load must succeed and hold a key that is its leaf's.
+func TestReaderHammeringAPairNeverSeesAMismatch(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	dir := t.TempDir()
+	const rotations = 200
+	sets := make([]map[string]atomicdir.File, rotations+1)
+	for gen := range sets {
+		k, c := ca.issue(t, gen)
+		sets[gen] = map[string]atomicdir.File{"key.pem": {Data: k, Mode: 0o600}, "chain.pem": {Data: c}}
+	}
+	keep := atomicdir.Options{UID: atomicdir.KeepOwner, GID: atomicdir.KeepOwner}
+	if err := atomicdir.Write(dir, sets[0], keep); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		cred, err := New(Options{KeyFile: filepath.Join(dir, "key.pem"), ChainFile: filepath.Join(dir, "chain.pem"), RetryDelay: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := cred.Reload(); err != nil {
+					errs <- err
+					return
+				}
+				cert := cred.Current()
+				pub := cert.PrivateKey.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool })
+				if !pub.Equal(cert.Leaf.PublicKey) {
+					errs <- fmt.Errorf("loaded %s with another key", cert.Leaf.Subject.CommonName)
+					return
+				}
+			}
+		}()
+	}
+	for gen := 1; gen <= rotations; gen++ {
+		if err := atomicdir.Write(dir, sets[gen], keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
