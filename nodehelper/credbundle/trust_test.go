@@ -2,17 +2,17 @@ package credbundle
 
 import (
 	"context"
-	"time"
-
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/keyward/keyward/nodehelper/atomicdir"
 )
 
 // serve accepts TLS connections on cfg until the listener closes, writing
