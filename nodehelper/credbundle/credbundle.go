@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/nodehelper/atomicdir"
-	"k8s.io/klog/v2"
 )
 
 var (
@@ -282,27 +281,7 @@ func (c *Credential) get() (*tls.Certificate, error) {
 // when they changed. A failed reload keeps the current certificate; it is
 // logged and tried again at the next check.
 func (c *Credential) Run(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	t := time.NewTicker(c.opts.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f, err := stat(c.paths())
-		c.mu.Lock()
-		changed := err == nil && f != c.loadedF
-		if changed {
-			if err := c.reloadLocked(); err != nil {
-				logger.Error(err, "Keeping the current certificate")
-			} else if cert := c.current.Load(); cert != nil {
-				logger.V(2).Info("Loaded a rotated certificate", "subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
-			}
-		}
-		c.mu.Unlock()
-	}
+	pollChanges(ctx, c.opts.PollInterval, c.paths(), &c.mu, &c.loadedF, c.reloadLocked, "credential bundle")
 }
 
 // fingerprint identifies the files a load read: a rename or an atomicdir

@@ -229,24 +229,7 @@ func testTLSAcrossRotations(t *testing.T, single bool) {
 	defer cancel()
 	go cred.Run(ctx)
 
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: cred.GetCertificate, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				_ = conn.(*tls.Conn).Handshake()
-				_, _ = conn.Write([]byte("ok"))
-			}()
-		}
-	}()
+	ln := serve(t, &tls.Config{GetCertificate: cred.GetCertificate})
 
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // ErrNoServerName: a client config from ClientConfig dialled without a
@@ -105,26 +103,7 @@ func (p *TrustPool) pool() (*x509.CertPool, error) {
 // it changed. A failed reload keeps the current pool; it is logged and tried
 // again at the next check.
 func (p *TrustPool) Run(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	t := time.NewTicker(p.opts.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f, err := stat([]string{p.opts.File})
-		p.mu.Lock()
-		if err == nil && f != p.loadedF {
-			if err := p.reloadLocked(); err != nil {
-				logger.Error(err, "Keeping the current trust bundle")
-			} else {
-				logger.V(2).Info("Loaded a changed trust bundle", "file", p.opts.File)
-			}
-		}
-		p.mu.Unlock()
-	}
+	pollChanges(ctx, p.opts.PollInterval, []string{p.opts.File}, &p.mu, &p.loadedF, p.reloadLocked, "trust bundle")
 }
 
 // ClientConfig returns a copy of base for a TLS client that verifies the
