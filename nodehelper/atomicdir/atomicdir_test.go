@@ -153,6 +153,23 @@ func TestWriteRemovesDirectoriesACrashLeft(t *testing.T) {
 	}
 }
 
+func TestWriteRepairsADataLinkToAMissingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir, set(1), keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, timestamped(t, dir)[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir, set(2), keep); err != nil {
+		t.Fatalf("Write over a dangling ..data: %v", err)
+	}
+	got, err := Read(dir, "key.pem", "cert.pem")
+	if err != nil || string(got["key.pem"]) != "key 2" || string(got["cert.pem"]) != "cert 2" {
+		t.Errorf("Read = %q, %v; want the second set", got, err)
+	}
+}
+
 func TestWriteErrorsKeepThePreviousSet(t *testing.T) {
 	injected := errors.New("injected")
 	cases := []struct {
