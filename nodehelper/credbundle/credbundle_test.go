@@ -357,3 +357,57 @@ func TestReaderHammeringAPairNeverSeesAMismatch(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A client presenting GetClientCertificate shows the server each rotated
+// certificate.
+func TestClientCertificateFollowsRotations(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	dir := t.TempDir()
+	keep := atomicdir.Options{UID: atomicdir.KeepOwner, GID: atomicdir.KeepOwner}
+	writeGen := func(gen int) {
+		k, c := ca.issue(t, gen)
+		if err := atomicdir.Write(dir, map[string]atomicdir.File{"key.pem": {Data: k, Mode: 0o600}, "chain.pem": {Data: c}}, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeGen(100)
+	serverCred, err := New(Options{KeyFile: filepath.Join(dir, "key.pem"), ChainFile: filepath.Join(dir, "chain.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serverCred.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	seen := make(chan string, 1)
+	ln := serve(t, &tls.Config{
+		Certificates: []tls.Certificate{*serverCred.Current()},
+		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: roots,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			seen <- cs.PeerCertificates[0].Subject.CommonName
+			return nil
+		},
+	})
+	clientDir := t.TempDir()
+	cred, err := New(Options{BundleFile: filepath.Join(clientDir, "bundle.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &tls.Config{RootCAs: roots, ServerName: "localhost", GetClientCertificate: cred.GetClientCertificate}
+	for gen := 1; gen <= 3; gen++ {
+		k, c := ca.issue(t, gen)
+		if err := atomicdir.Write(clientDir, map[string]atomicdir.File{"bundle.pem": {Data: bundle(k, c), Mode: 0o600}}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if err := cred.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if err := dial(ln.Addr().String(), client); err != nil {
+			t.Fatalf("gen %d: %v", gen, err)
+		}
+		if got, want := <-seen, fmt.Sprintf("gen-%d", gen); got != want {
+			t.Errorf("server saw %s, want %s", got, want)
+		}
+	}
+}
