@@ -69,8 +69,19 @@ type Options struct {
 	// OnChange, if set, runs after each write that changed the file;
 	// its error is logged, the file stays. See CommandHook.
 	OnChange func(ctx context.Context) error
-	// Written, if set, is told each time the file was written (tests).
-	Written func(data []byte)
+	// Synced, if set, is told the outcome of each pass (tests).
+	Synced func(Outcome)
+}
+
+// Outcome is what one pass of the projector did.
+type Outcome struct {
+	// Version is the version selected ("" when selecting by name).
+	Version string
+	// Empty: the selection held no certificate; the file was kept.
+	Empty bool
+	// Written: the file was (re)written with Data.
+	Written bool
+	Data    []byte
 }
 
 // Projector keeps a trust file equal to the merge of the selected
@@ -290,13 +301,15 @@ func (p *Projector) sync(ctx context.Context) error {
 	if data == nil {
 		what := fmt.Sprintf("ClusterTrustBundle %s", p.opts.Name)
 		if p.opts.Name == "" {
-			what = fmt.Sprintf("ClusterTrustBundles of signer %s, version %s,", p.opts.SignerName, version)
+			what = fmt.Sprintf("ClusterTrustBundles of signer %s with version %s", p.opts.SignerName, version)
 		}
-		p.say(ctx, fmt.Sprintf("no certificate in the selected %s", what), "keeping the last good trust file", "bundles", names)
+		p.say(ctx, fmt.Sprintf("No certificate in the selected %s", what), "keeping the last good trust file", "bundles", names)
+		p.observe(Outcome{Version: version, Empty: true})
 		return nil
 	}
 	if bytes.Equal(data, p.last) {
 		p.recovered(ctx)
+		p.observe(Outcome{Version: version, Data: data})
 		return nil
 	}
 	err := atomicdir.Write(p.opts.Dir, map[string]atomicdir.File{p.opts.FileName: {Data: data, Mode: p.opts.Mode}}, atomicdir.Options{UID: p.opts.UID, GID: p.opts.GID})
@@ -306,15 +319,19 @@ func (p *Projector) sync(ctx context.Context) error {
 	p.last = data
 	p.recovered(ctx)
 	logger.Info("Trust file written", "path", filepath.Join(p.opts.Dir, p.opts.FileName), "version", version, "bundles", names, "certificates", bytes.Count(data, []byte("-----BEGIN")))
-	if p.opts.Written != nil {
-		p.opts.Written(data)
-	}
+	p.observe(Outcome{Version: version, Written: true, Data: data})
 	if p.opts.OnChange != nil {
 		if err := p.opts.OnChange(ctx); err != nil {
 			logger.Error(err, "Trust file change hook failed; the file stays")
 		}
 	}
 	return nil
+}
+
+func (p *Projector) observe(o Outcome) {
+	if p.opts.Synced != nil {
+		p.opts.Synced(o)
+	}
 }
 
 // say logs a problem once at default verbosity (again only after it
