@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"errors"
 	"fmt"
 )
 
@@ -24,6 +25,9 @@ const (
 	KeyTypeECDSAP521 = "ECDSAP521"
 	KeyTypeED25519   = "ED25519"
 )
+
+// ErrUnknownKeyType is returned by GenerateKey for a key type it does not know.
+var ErrUnknownKeyType = errors.New("unknown key type")
 
 // GenerateKey makes a new subject key of keyType.
 func GenerateKey(keyType string) (crypto.Signer, error) {
@@ -42,7 +46,7 @@ func GenerateKey(keyType string) (crypto.Signer, error) {
 		_, k, err := ed25519.GenerateKey(rand.Reader)
 		return k, err
 	default:
-		return nil, fmt.Errorf("unknown key type %q (want one of RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519)", keyType)
+		return nil, fmt.Errorf("generating a %q key (want one of RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519): %w", keyType, ErrUnknownKeyType)
 	}
 }
 
