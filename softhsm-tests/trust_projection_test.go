@@ -3,10 +3,12 @@ package softhsmtests
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,6 +59,9 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 
 	dir := t.TempDir()
 	outcomes := make(chan trust.Outcome, 100)
+	// The hook fails its first run; the projection goes on.
+	var hookCalls atomic.Int32
+	hookErr := errors.New("reload failed")
 	p, err := trust.New(trust.Options{
 		Client:     nodeClient(t, node),
 		SignerName: signer,
@@ -65,11 +70,19 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 		Dir:        dir,
 		UID:        -1, GID: -1,
 		Synced: func(o trust.Outcome) { outcomes <- o },
+		OnChange: func(context.Context) error {
+			if hookCalls.Add(1) == 1 {
+				return hookErr
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(klog.NewContext(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	runCtx, stop := context.WithCancel(klog.NewContext(ctx, logger))
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
 	t.Cleanup(func() {
@@ -142,6 +155,12 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 	}
 	// The live bundle changes: a new CA added, then the old one removed.
 	measure("live bundle: CA added", setBundle("live", cas[0]+cas[2]), cas[0]+cas[2])
+	if n := hookCalls.Load(); n != 2 {
+		t.Fatalf("hook ran %d times after two writes, want 2", n)
+	}
+	if !strings.Contains(logs.String(), hookErr.Error()) {
+		t.Fatalf("the hook's failure is not logged:\n%s", logs.String())
+	}
 	measure("live bundle: old CA dropped", setBundle("live", cas[2]), cas[2])
 	// The node is labelled canary: it takes the canary bundle, and
 	// follows its changes.
@@ -173,9 +192,22 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 			break
 		}
 	}
+	// Another event while the selection stays empty: still kept, said once.
+	setBundle("canary", cas[1]+cas[3]+"\n")
+	for o := range outcomes {
+		if o.Written {
+			t.Fatalf("projector wrote %q while the selection is empty", o.Data)
+		}
+		if o.Empty {
+			break
+		}
+	}
 	got, err := os.ReadFile(file)
 	if want := trust.Merge([]byte(cas[2] + cas[4])); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("after the selection became empty the file holds %q (%v), want the last good file", got, err)
+	}
+	if n := strings.Count(logs.String(), "No certificate in the selected"); n != 1 {
+		t.Fatalf("the empty selection was said %d times at default verbosity, want once:\n%s", n, logs.String())
 	}
 	// The node switches to canary again: the file follows.
 	measure("empty live, node labelled canary", setNodeLabel("canary"), cas[1]+cas[3])

@@ -319,12 +319,12 @@ func (p *Projector) sync(ctx context.Context) error {
 	p.last = data
 	p.recovered(ctx)
 	logger.Info("Trust file written", "path", filepath.Join(p.opts.Dir, p.opts.FileName), "version", version, "bundles", names, "certificates", bytes.Count(data, []byte("-----BEGIN")))
-	p.observe(Outcome{Version: version, Written: true, Data: data})
 	if p.opts.OnChange != nil {
 		if err := p.opts.OnChange(ctx); err != nil {
 			logger.Error(err, "Trust file change hook failed; the file stays")
 		}
 	}
+	p.observe(Outcome{Version: version, Written: true, Data: data})
 	return nil
 }
 
