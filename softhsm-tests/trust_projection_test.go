@@ -212,3 +212,63 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 	// The node switches to canary again: the file follows.
 	measure("empty live, node labelled canary", setNodeLabel("canary"), cas[1]+cas[3])
 }
+
+// A bundle selected by name (metadata.name field selector) is projected
+// as the node identity and followed when it changes.
+func TestTrustProjectionByName(t *testing.T) {
+	ctx := testContext(t)
+	suffix := uniqueName(t, "byname")
+	signer := "keyward.dev/" + suffix
+	name := strings.ReplaceAll(signer, "/", ":") + ":live"
+	admin := cp.AdminClient()
+	a, b := newTestCA(t).pem, newTestCA(t).pem
+	ctb := &certv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       certv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: a},
+	}
+	if _, err := admin.CertificatesV1().ClusterTrustBundles().Create(ctx, ctb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CertificatesV1().ClusterTrustBundles().Delete(t.Context(), name, metav1.DeleteOptions{})
+	})
+
+	outcomes := make(chan trust.Outcome, 100)
+	p, err := trust.New(trust.Options{
+		Client: nodeClient(t, suffix), Name: name, Dir: t.TempDir(), UID: -1, GID: -1,
+		Synced: func(o trust.Outcome) { outcomes <- o },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(klog.NewContext(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	wait := func(what, want string, start time.Time) {
+		t.Helper()
+		for {
+			select {
+			case o := <-outcomes:
+				if o.Written && bytes.Equal(o.Data, trust.Merge([]byte(want))) {
+					t.Logf("latency %s: %v", what, time.Since(start).Round(time.Millisecond))
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s: the file never held the expected certificates", what)
+			}
+		}
+	}
+	wait("first projection", a, time.Now())
+	cur, err := admin.CertificatesV1().ClusterTrustBundles().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.TrustBundle = a + b
+	start := time.Now()
+	if _, err := admin.CertificatesV1().ClusterTrustBundles().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("bundle by name: CA added", a+b, start)
+}
