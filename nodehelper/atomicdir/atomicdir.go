@@ -84,7 +84,9 @@ func write(dir string, files map[string]File, opts Options, h hooks) error {
 	}
 	var oldNames []string
 	if oldTarget != "" {
-		if oldNames, err = listNames(filepath.Join(dir, oldTarget)); err != nil {
+		// A ..data naming a directory someone removed by hand is no reason
+		// to refuse a new set: it has no names to drop.
+		if oldNames, err = listNames(filepath.Join(dir, oldTarget)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}

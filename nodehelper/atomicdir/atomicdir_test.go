@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -64,18 +65,45 @@ func TestWriteLayout(t *testing.T) {
 	}
 }
 
-func TestWriteDefaultsModeAndChowns(t *testing.T) {
+func TestWriteModes(t *testing.T) {
 	dir := t.TempDir()
-	uid, gid := os.Getuid(), os.Getgid()
-	if err := Write(dir, map[string]File{"ca.pem": {Data: []byte("ca")}}, Options{UID: uid, GID: gid}); err != nil {
+	// 0664 checks that the umask (usually 022) does not clear bits.
+	files := map[string]File{"ca.pem": {Data: []byte("ca")}, "shared.pem": {Data: []byte("s"), Mode: 0o664}}
+	if err := Write(dir, files, keep); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
-	st, err := os.Stat(filepath.Join(dir, "ca.pem"))
+	for name, want := range map[string]os.FileMode{"ca.pem": 0o644, "shared.pem": 0o664} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != want {
+			t.Errorf("%s mode %v, want %v", name, st.Mode().Perm(), want)
+		}
+	}
+}
+
+func TestWriteSetsTheOwner(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("changing the owner to another uid needs root")
+	}
+	dir := t.TempDir()
+	if err := Write(dir, set(1), Options{UID: 4321, GID: 4322}); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	target, err := os.Readlink(filepath.Join(dir, DataLink))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v, want 0644 when File.Mode is zero", st.Mode().Perm())
+	for _, p := range []string{target, filepath.Join(target, "key.pem"), filepath.Join(target, "cert.pem")} {
+		st, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if sys.Uid != 4321 || sys.Gid != 4322 {
+			t.Errorf("%s owned by %d:%d, want 4321:4322", p, sys.Uid, sys.Gid)
+		}
 	}
 }
 
@@ -122,6 +150,23 @@ func TestWriteRemovesDirectoriesACrashLeft(t *testing.T) {
 	}
 	if ts := timestamped(t, dir); len(ts) != 1 {
 		t.Errorf("timestamped directories = %v, want only the new one", ts)
+	}
+}
+
+func TestWriteRepairsADataLinkToAMissingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir, set(1), keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, timestamped(t, dir)[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir, set(2), keep); err != nil {
+		t.Fatalf("Write over a dangling ..data: %v", err)
+	}
+	got, err := Read(dir, "key.pem", "cert.pem")
+	if err != nil || string(got["key.pem"]) != "key 2" || string(got["cert.pem"]) != "cert 2" {
+		t.Errorf("Read = %q, %v; want the second set", got, err)
 	}
 }
 

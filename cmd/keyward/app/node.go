@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
+	"os"
 
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/spf13/cobra"
@@ -31,6 +32,18 @@ func (o *nodeKeygenOptions) validate() error {
 	}
 	if o.stubRequest != "" && o.stubRequest == o.out {
 		return fmt.Errorf("--stub-request and --out name the same file %s", o.out)
+	}
+	// Without --force, refuse before writing anything, so that a refused
+	// stub request does not leave a new key behind.
+	if !o.force {
+		for _, p := range []string{o.out, o.stubRequest} {
+			if p == "" {
+				continue
+			}
+			if _, err := os.Lstat(p); err == nil {
+				return fmt.Errorf("writing %s (pass --force to replace it): %w", p, os.ErrExist)
+			}
+		}
 	}
 	return nil
 }

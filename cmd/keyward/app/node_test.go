@@ -118,6 +118,20 @@ func TestNodeKeygenRefusals(t *testing.T) {
 			t.Errorf("key file exists after a failed keygen: %v", err)
 		}
 	})
+	t.Run("an existing stub request refuses the whole run, so no new key is left behind", func(t *testing.T) {
+		dir := t.TempDir()
+		keyPath, reqPath := filepath.Join(dir, "key.pem"), filepath.Join(dir, "req.pem")
+		if err := os.WriteFile(reqPath, []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := runKeyward(t, "node", "keygen", "--out", keyPath, "--stub-request", reqPath)
+		if !errors.Is(err, os.ErrExist) {
+			t.Fatalf("keygen = %v, want ErrExist", err)
+		}
+		if _, err := os.Stat(keyPath); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a key was written although the run was refused: %v", err)
+		}
+	})
 	t.Run("an existing key is kept unless --force", func(t *testing.T) {
 		dir := t.TempDir()
 		keyPath := filepath.Join(dir, "key.pem")
