@@ -1,0 +1,390 @@
+package trust
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/nodehelper/atomicdir"
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// ErrInvalidOptions is matched by errors from New.
+var ErrInvalidOptions = errors.New("invalid trust projection options")
+
+// Defaults.
+const (
+	DefaultFileName    = "ca-bundle.pem"
+	DefaultLabelDomain = "keyward.dev"
+	DefaultMode        = os.FileMode(0o644)
+	DefaultHookTimeout = 30 * time.Second
+)
+
+// Options configure a Projector. Either Name, or SignerName (with Version
+// and optionally NodeName plus NodeLabel), selects the bundles.
+type Options struct {
+	// Client reads ClusterTrustBundles (list, watch) and, with NodeLabel,
+	// the Node NodeName (get, list, watch). A node identity may do both.
+	Client kubernetes.Interface
+	// Name selects the one ClusterTrustBundle of that name.
+	Name string
+	// SignerName selects the bundles whose spec.signerName it is and
+	// whose <LabelDomain>/cluster-trust-bundle-version label is the
+	// version: the NodeLabel's value on the Node when it is canary or
+	// live, else Version.
+	SignerName string
+	// LabelDomain defaults to DefaultLabelDomain.
+	LabelDomain string
+	// Version is canary or live (the default).
+	Version string
+	// NodeName and NodeLabel: the label on this Node that chooses the
+	// version. Both or neither.
+	NodeName, NodeLabel string
+
+	// Dir is written with atomicdir.Write; FileName (DefaultFileName) is
+	// the trust file in it, with Mode (DefaultMode) and owner UID/GID
+	// (-1: unchanged; the zero value means root).
+	Dir      string
+	FileName string
+	Mode     os.FileMode
+	UID, GID int
+
+	// OnChange, if set, runs after each write that changed the file;
+	// its error is logged, the file stays. See CommandHook.
+	OnChange func(ctx context.Context) error
+	// Synced, if set, is told the outcome of each pass (tests).
+	Synced func(Outcome)
+}
+
+// Outcome is what one pass of the projector did.
+type Outcome struct {
+	// Version is the version selected ("" when selecting by name).
+	Version string
+	// Empty: the selection held no certificate; the file was kept.
+	Empty bool
+	// Written: the file was (re)written with Data.
+	Written bool
+	Data    []byte
+}
+
+// Projector keeps a trust file equal to the merge of the selected
+// ClusterTrustBundles. It never writes an empty file: on errors or an
+// empty selection the last good file stays.
+type Projector struct {
+	opts Options
+
+	trigger chan struct{}
+
+	mu        sync.Mutex
+	last      []byte // the content last written or found on disk
+	problem   string // the condition last said at default verbosity
+	ctbStore  cache.Store
+	nodeStore cache.Store
+}
+
+// New validates and defaults opts; it starts nothing.
+func New(opts Options) (*Projector, error) {
+	var errs []string
+	if opts.Client == nil {
+		errs = append(errs, "a client is required")
+	}
+	switch {
+	case opts.Name == "" && opts.SignerName == "":
+		errs = append(errs, "a bundle name or a signer name is required")
+	case opts.Name != "" && opts.SignerName != "":
+		errs = append(errs, "a bundle name and a signer name are exclusive")
+	case opts.Name != "" && (opts.NodeLabel != "" || opts.Version != ""):
+		errs = append(errs, "a version or node label applies only with a signer name")
+	}
+	if (opts.NodeName == "") != (opts.NodeLabel == "") {
+		errs = append(errs, "a node name and a node label go together")
+	}
+	if opts.Version == "" {
+		opts.Version = v1alpha1.BundleLive
+	}
+	if opts.Version != v1alpha1.BundleCanary && opts.Version != v1alpha1.BundleLive {
+		errs = append(errs, fmt.Sprintf("version %q is neither canary nor live", opts.Version))
+	}
+	if opts.Dir == "" {
+		errs = append(errs, "a directory is required")
+	}
+	if opts.FileName == "" {
+		opts.FileName = DefaultFileName
+	}
+	if strings.ContainsRune(opts.FileName, '/') || strings.HasPrefix(opts.FileName, "..") {
+		errs = append(errs, fmt.Sprintf("file name %q must be a plain name not starting with ..", opts.FileName))
+	}
+	if opts.LabelDomain == "" {
+		opts.LabelDomain = DefaultLabelDomain
+	}
+	if opts.Mode == 0 {
+		opts.Mode = DefaultMode
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(errs, "; "))
+	}
+	return &Projector{opts: opts, trigger: make(chan struct{}, 1)}, nil
+}
+
+// Run projects until ctx ends. It returns nil then, or an error when the
+// informers could not start.
+func (p *Projector) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	// The file a previous run left is the last good one.
+	if data, err := os.ReadFile(filepath.Join(p.opts.Dir, p.opts.FileName)); err == nil && len(data) > 0 {
+		p.last = data
+	}
+
+	ctbInformer := cache.NewSharedIndexInformer(p.ctbListWatch(), &certv1.ClusterTrustBundle{}, 0, cache.Indexers{})
+	p.ctbStore = ctbInformer.GetStore()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.kick() },
+		UpdateFunc: func(any, any) { p.kick() },
+		DeleteFunc: func(any) { p.kick() },
+	}
+	if _, err := ctbInformer.AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watching ClusterTrustBundles: %w", err)
+	}
+	synced := []cache.InformerSynced{ctbInformer.HasSynced}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { ctbInformer.RunWithContext(ctx) })
+	if p.opts.NodeName != "" {
+		nodeInformer := cache.NewSharedIndexInformer(p.nodeListWatch(), &corev1.Node{}, 0, cache.Indexers{})
+		p.nodeStore = nodeInformer.GetStore()
+		if _, err := nodeInformer.AddEventHandler(handler); err != nil {
+			return fmt.Errorf("watching Node %s: %w", p.opts.NodeName, err)
+		}
+		synced = append(synced, nodeInformer.HasSynced)
+		wg.Go(func() { nodeInformer.RunWithContext(ctx) })
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+	logger.V(2).Info("Trust projection started", "dir", p.opts.Dir, "file", p.opts.FileName)
+
+	const minBackoff, maxBackoff = time.Second, 30 * time.Second
+	backoff := minBackoff
+	var retry <-chan time.Time
+	p.kick()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.trigger:
+		case <-retry:
+		}
+		retry = nil
+		if err := p.sync(ctx); err != nil {
+			p.say(ctx, err.Error(), "keeping the last good trust file", "retryIn", backoff)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+	}
+}
+
+func (p *Projector) kick() {
+	select {
+	case p.trigger <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Projector) ctbListWatch() cache.ListerWatcher {
+	opts := func(o *metav1.ListOptions) {
+		if p.opts.Name != "" {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.opts.Name).String()
+			return
+		}
+		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", p.opts.SignerName).String()
+		o.LabelSelector = v1alpha1.BundleVersionLabel(p.opts.LabelDomain) + " in (canary,live)"
+	}
+	c := p.opts.Client.CertificatesV1().ClusterTrustBundles()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			opts(&o)
+			return c.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			opts(&o)
+			return c.Watch(ctx, o)
+		},
+	}
+}
+
+func (p *Projector) nodeListWatch() cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
+	c := p.opts.Client.CoreV1().Nodes()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return c.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return c.Watch(ctx, o)
+		},
+	}
+}
+
+// version is the bundle version this node takes now.
+func (p *Projector) version(ctx context.Context) string {
+	if p.nodeStore == nil {
+		return p.opts.Version
+	}
+	obj, ok, _ := p.nodeStore.GetByKey(p.opts.NodeName)
+	if !ok {
+		klog.FromContext(ctx).V(2).Info("Node not found, using the default version", "node", p.opts.NodeName, "version", p.opts.Version)
+		return p.opts.Version
+	}
+	v, ok := obj.(*corev1.Node).Labels[p.opts.NodeLabel]
+	switch {
+	case !ok:
+		return p.opts.Version
+	case v == v1alpha1.BundleCanary || v == v1alpha1.BundleLive:
+		return v
+	}
+	p.say(ctx, fmt.Sprintf("label %s=%q on Node %s is neither canary nor live", p.opts.NodeLabel, v, p.opts.NodeName), "using the default version", "version", p.opts.Version)
+	return p.opts.Version
+}
+
+// selected returns the selected bundles' names and PEM, ordered by name.
+func (p *Projector) selected(version string) (names []string, pems [][]byte) {
+	key := v1alpha1.BundleVersionLabel(p.opts.LabelDomain)
+	var ctbs []*certv1.ClusterTrustBundle
+	for _, obj := range p.ctbStore.List() {
+		ctb := obj.(*certv1.ClusterTrustBundle)
+		if p.opts.Name == "" && (ctb.Spec.SignerName != p.opts.SignerName || ctb.Labels[key] != version) {
+			continue
+		}
+		ctbs = append(ctbs, ctb)
+	}
+	slices.SortFunc(ctbs, func(a, b *certv1.ClusterTrustBundle) int { return strings.Compare(a.Name, b.Name) })
+	for _, ctb := range ctbs {
+		names = append(names, ctb.Name)
+		pems = append(pems, []byte(ctb.Spec.TrustBundle))
+	}
+	return names, pems
+}
+
+// sync writes the merged selection if it differs from the file. An empty
+// selection is said, not an error: the next bundle event resyncs.
+func (p *Projector) sync(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	version := ""
+	if p.opts.Name == "" {
+		version = p.version(ctx)
+	}
+	names, pems := p.selected(version)
+	data := Merge(pems...)
+	if data == nil {
+		what := fmt.Sprintf("ClusterTrustBundle %s", p.opts.Name)
+		if p.opts.Name == "" {
+			what = fmt.Sprintf("ClusterTrustBundles of signer %s with version %s", p.opts.SignerName, version)
+		}
+		p.say(ctx, fmt.Sprintf("No certificate in the selected %s", what), "keeping the last good trust file", "bundles", names)
+		p.observe(Outcome{Version: version, Empty: true})
+		return nil
+	}
+	if bytes.Equal(data, p.last) {
+		p.recovered(ctx)
+		p.observe(Outcome{Version: version, Data: data})
+		return nil
+	}
+	err := atomicdir.Write(p.opts.Dir, map[string]atomicdir.File{p.opts.FileName: {Data: data, Mode: p.opts.Mode}}, atomicdir.Options{UID: p.opts.UID, GID: p.opts.GID})
+	if err != nil {
+		return fmt.Errorf("writing trust file %s: %w", filepath.Join(p.opts.Dir, p.opts.FileName), err)
+	}
+	p.last = data
+	p.recovered(ctx)
+	logger.Info("Trust file written", "path", filepath.Join(p.opts.Dir, p.opts.FileName), "version", version, "bundles", names, "certificates", bytes.Count(data, []byte("-----BEGIN")))
+	if p.opts.OnChange != nil {
+		if err := p.opts.OnChange(ctx); err != nil {
+			logger.Error(err, "Trust file change hook failed; the file stays")
+		}
+	}
+	p.observe(Outcome{Version: version, Written: true, Data: data})
+	return nil
+}
+
+func (p *Projector) observe(o Outcome) {
+	if p.opts.Synced != nil {
+		p.opts.Synced(o)
+	}
+}
+
+// say logs a problem once at default verbosity (again only after it
+// changed or cleared), at V(4) when repeated.
+func (p *Projector) say(ctx context.Context, problem, consequence string, kv ...any) {
+	logger := klog.FromContext(ctx)
+	p.mu.Lock()
+	repeated := p.problem == problem
+	p.problem = problem
+	p.mu.Unlock()
+	if repeated {
+		logger.V(4).Info(problem+"; "+consequence, kv...)
+		return
+	}
+	logger.Info(problem+"; "+consequence, kv...)
+}
+
+func (p *Projector) recovered(ctx context.Context) {
+	p.mu.Lock()
+	had := p.problem
+	p.problem = ""
+	p.mu.Unlock()
+	if had != "" {
+		klog.FromContext(ctx).Info("Trust file up to date again", "after", had)
+	}
+}
+
+// CommandHook returns an OnChange that runs argv (no shell) with at most
+// timeout (DefaultHookTimeout if 0); a non-zero exit, a start failure or
+// the timeout is its error, with the command's output.
+func CommandHook(argv []string, timeout time.Duration) func(ctx context.Context) error {
+	if timeout <= 0 {
+		timeout = DefaultHookTimeout
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.WaitDelay = time.Second
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (after %s)", ctx.Err(), timeout)
+		}
+		if err != nil {
+			return fmt.Errorf("running hook %q: %w; output: %q", strings.Join(argv, " "), err, truncate(out, 512))
+		}
+		return nil
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
