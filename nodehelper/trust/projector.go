@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	certv1 "k8s.io/api/certificates/v1"
@@ -376,15 +377,8 @@ func CommandHook(argv []string, timeout time.Duration) func(ctx context.Context)
 			err = fmt.Errorf("%w (after %s)", ctx.Err(), timeout)
 		}
 		if err != nil {
-			return fmt.Errorf("running hook %q: %w; output: %q", strings.Join(argv, " "), err, truncate(out, 512))
+			return fmt.Errorf("running hook %q: %w; output: %q", strings.Join(argv, " "), err, kubemsg.Truncate(string(out), 512))
 		}
 		return nil
 	}
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
 }
