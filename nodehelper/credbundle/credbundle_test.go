@@ -84,6 +84,16 @@ func TestLoad(t *testing.T) {
 	ca := newTestCA(t, "ca")
 	k1, c1 := ca.issue(t, 1)
 	k2, _ := ca.issue(t, 2)
+	block, _ := pem.Decode(k1)
+	k1Key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1SEC1, err := x509.MarshalECPrivateKey(k1Key.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1EC := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: k1SEC1})
 	cases := []struct {
 		name    string
 		files   map[string][]byte
@@ -96,6 +106,11 @@ func TestLoad(t *testing.T) {
 			opts:  func(d string) Options { return Options{BundleFile: filepath.Join(d, "b.pem")} }, wantCN: "gen-1"},
 		{name: "a key and chain pair loads",
 			files: map[string][]byte{"k.pem": k1, "c.pem": c1},
+			opts: func(d string) Options {
+				return Options{KeyFile: filepath.Join(d, "k.pem"), ChainFile: filepath.Join(d, "c.pem")}
+			}, wantCN: "gen-1"},
+		{name: "a key file in SEC 1 form (EC PRIVATE KEY) loads",
+			files: map[string][]byte{"k.pem": k1EC, "c.pem": c1},
 			opts: func(d string) Options {
 				return Options{KeyFile: filepath.Join(d, "k.pem"), ChainFile: filepath.Join(d, "c.pem")}
 			}, wantCN: "gen-1"},
