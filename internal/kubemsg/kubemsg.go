@@ -18,8 +18,8 @@ const (
 )
 
 // Truncate cuts s to at most n bytes on a rune boundary, saying how long it
-// was. The note takes about 40 bytes: for an n smaller than that, the
-// result is the note alone and longer than n.
+// was. The note ("… (truncated, N bytes)") takes 23 bytes plus N's digits:
+// for an n smaller than that, the result is the note alone and longer than n.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
