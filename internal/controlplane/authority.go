@@ -19,14 +19,14 @@ import (
 func InstallAuthorityCRD(ctx context.Context, cfg *rest.Config) (*authclient.Client, error) {
 	manifest, err := deploy.CRDs.ReadFile("crds/keyward.dev_authorities.yaml")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the Authority CRD: %w", err)
 	}
 	if err := ApplyManifest(ctx, cfg, manifest); err != nil {
 		return nil, fmt.Errorf("applying deploy/crds: %w", err)
 	}
 	c, err := authclient.New(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("making an Authority client: %w", err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := c.List(ctx, metav1.ListOptions{Limit: 1})
