@@ -20,7 +20,7 @@ func TestCommandHook(t *testing.T) {
 		check   func(t *testing.T, err error)
 	}{
 		{
-			name: "a command that succeeds runs once with its arguments and returns nil",
+			name: "a command that succeeds runs with its arguments and returns nil",
 			argv: []string{"touch", marker},
 			check: func(t *testing.T, err error) {
 				if err != nil {
