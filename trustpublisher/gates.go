@@ -132,6 +132,10 @@ type Member struct {
 // in spec order. A generation whose certificates do not parse is left out
 // (Evaluate holds it with GateInvalidCertificate).
 func BundleContents(a *v1alpha1.Authority) (canary, live []Member) {
+	return bundleContents(a, parseGeneration)
+}
+
+func bundleContents(a *v1alpha1.Authority, parse func(v1alpha1.Generation) ([]*x509.Certificate, error)) (canary, live []Member) {
 	observed := observedPhases(a)
 	add := func(list []Member, gen string, root *x509.Certificate) []Member {
 		for i := range list {
@@ -147,7 +151,7 @@ func BundleContents(a *v1alpha1.Authority) (canary, live []Member) {
 		if !InCanary(p) && !InLive(p) {
 			continue
 		}
-		certs, err := parseGeneration(g)
+		certs, err := parse(g)
 		if err != nil {
 			continue
 		}
