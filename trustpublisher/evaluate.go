@@ -110,12 +110,12 @@ type parsedGeneration struct {
 	err   error
 }
 
-// certs is parseGeneration(g), parsed once per evaluation.
+// certs is ParseGeneration(g), parsed once per evaluation.
 func (e *evaluation) certs(g v1alpha1.Generation) ([]*x509.Certificate, error) {
-	key := g.CertificatePEM + "\x00" + g.ChainPEM // what parseGeneration reads
+	key := g.CertificatePEM + "\x00" + g.ChainPEM // what ParseGeneration reads
 	p, ok := e.parsed[key]
 	if !ok {
-		p.certs, p.err = parseGeneration(g)
+		p.certs, p.err = ParseGeneration(g)
 		e.parsed[key] = p
 	}
 	return p.certs, p.err

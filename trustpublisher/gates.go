@@ -133,7 +133,7 @@ type Member struct {
 // in spec order. A generation whose certificates do not parse is left out
 // (Evaluate holds it with GateInvalidCertificate).
 func BundleContents(a *v1alpha1.Authority) (canary, live []Member) {
-	return bundleContents(a, parseGeneration)
+	return bundleContents(a, ParseGeneration)
 }
 
 func bundleContents(a *v1alpha1.Authority, parse func(v1alpha1.Generation) ([]*x509.Certificate, error)) (canary, live []Member) {
@@ -190,10 +190,6 @@ func BundleDigest(members []Member) string {
 // the CA certificate followed by its issuers, and checks that each is a CA
 // and that each is signed by the next.
 func ParseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
-	return parseGeneration(g)
-}
-
-func parseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
 	certs, err := pemcert.Parse([]byte(g.CertificatePEM))
 	if err != nil {
 		return nil, fmt.Errorf("certificatePEM: %w", err)
