@@ -1,6 +1,7 @@
 package trustpublisher
 
 import (
+	"crypto/x509"
 	"fmt"
 	"strings"
 	"time"
@@ -24,7 +25,7 @@ import (
 // Active generation leaves Active only in the step that makes another one
 // Active.
 func Evaluate(a *v1alpha1.Authority, now time.Time) Plan {
-	e := &evaluation{a: a, now: now, observed: map[string]*v1alpha1.GenerationStatus{}}
+	e := &evaluation{a: a, now: now, observed: map[string]*v1alpha1.GenerationStatus{}, parsed: map[string]parsedGeneration{}}
 	for i := range a.Status.Generations {
 		g := &a.Status.Generations[i]
 		e.observed[g.Name] = g
@@ -96,6 +97,37 @@ type evaluation struct {
 	observed     map[string]*v1alpha1.GenerationStatus
 	soak, window time.Duration
 	override     *v1alpha1.Override
+
+	// Parsed once per evaluation: several gates read a generation's
+	// certificates, and published() reads every generation's.
+	parsed          map[string]parsedGeneration
+	canary, live    []Member
+	bundlesComputed bool
+}
+
+type parsedGeneration struct {
+	certs []*x509.Certificate
+	err   error
+}
+
+// certs is ParseGeneration(g), parsed once per evaluation.
+func (e *evaluation) certs(g v1alpha1.Generation) ([]*x509.Certificate, error) {
+	key := g.CertificatePEM + "\x00" + g.ChainPEM // what ParseGeneration reads
+	p, ok := e.parsed[key]
+	if !ok {
+		p.certs, p.err = ParseGeneration(g)
+		e.parsed[key] = p
+	}
+	return p.certs, p.err
+}
+
+// bundles is BundleContents(e.a), computed once per evaluation.
+func (e *evaluation) bundles() (canary, live []Member) {
+	if !e.bundlesComputed {
+		e.canary, e.live = bundleContents(e.a, e.certs)
+		e.bundlesComputed = true
+	}
+	return e.canary, e.live
 }
 
 func (e *evaluation) phase(name string) v1alpha1.Phase {
@@ -241,7 +273,7 @@ func (e *evaluation) edge(g v1alpha1.Generation, observed, next v1alpha1.Phase) 
 }
 
 func (e *evaluation) invalid(g v1alpha1.Generation) []closed {
-	certs, err := parseGeneration(g)
+	certs, err := e.certs(g)
 	if err != nil {
 		return []closed{{gate: v1alpha1.GateInvalidCertificate, message: err.Error()}}
 	}
@@ -254,7 +286,7 @@ func (e *evaluation) invalid(g v1alpha1.Generation) []closed {
 }
 
 func (e *evaluation) notYetValid(g v1alpha1.Generation) []closed {
-	certs, err := parseGeneration(g)
+	certs, err := e.certs(g)
 	if err != nil {
 		return nil // invalid() reports it
 	}
@@ -294,7 +326,7 @@ func (e *evaluation) leavesValid(g v1alpha1.Generation) []closed {
 // published holds a step while a bundle does not hold what the observed
 // phases put in it.
 func (e *evaluation) published() []closed {
-	canary, live := BundleContents(e.a)
+	canary, live := e.bundles()
 	var out []closed
 	for _, b := range []struct {
 		version string

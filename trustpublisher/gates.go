@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -132,6 +133,10 @@ type Member struct {
 // in spec order. A generation whose certificates do not parse is left out
 // (Evaluate holds it with GateInvalidCertificate).
 func BundleContents(a *v1alpha1.Authority) (canary, live []Member) {
+	return bundleContents(a, ParseGeneration)
+}
+
+func bundleContents(a *v1alpha1.Authority, parse func(v1alpha1.Generation) ([]*x509.Certificate, error)) (canary, live []Member) {
 	observed := observedPhases(a)
 	add := func(list []Member, gen string, root *x509.Certificate) []Member {
 		for i := range list {
@@ -147,7 +152,7 @@ func BundleContents(a *v1alpha1.Authority) (canary, live []Member) {
 		if !InCanary(p) && !InLive(p) {
 			continue
 		}
-		certs, err := parseGeneration(g)
+		certs, err := parse(g)
 		if err != nil {
 			continue
 		}
@@ -185,18 +190,14 @@ func BundleDigest(members []Member) string {
 // the CA certificate followed by its issuers, and checks that each is a CA
 // and that each is signed by the next.
 func ParseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
-	return parseGeneration(g)
-}
-
-func parseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
-	certs, err := parsePEM(g.CertificatePEM)
+	certs, err := pemcert.Parse([]byte(g.CertificatePEM))
 	if err != nil {
 		return nil, fmt.Errorf("certificatePEM: %w", err)
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("certificatePEM holds no CERTIFICATE block")
 	}
-	chain, err := parsePEM(g.ChainPEM)
+	chain, err := pemcert.Parse([]byte(g.ChainPEM))
 	if err != nil {
 		return nil, fmt.Errorf("chainPEM: %w", err)
 	}
@@ -212,30 +213,6 @@ func parseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
 		}
 	}
 	return certs, nil
-}
-
-func parsePEM(s string) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	rest := []byte(s)
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("a %s block where only CERTIFICATE blocks belong", b.Type)
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	if len(bytes.TrimSpace(rest)) > 0 && len(out) == 0 {
-		return nil, errors.New("no PEM data")
-	}
-	return out, nil
 }
 
 func observedPhases(a *v1alpha1.Authority) map[string]v1alpha1.Phase {

@@ -231,7 +231,7 @@ func unparsableMember(a *v1alpha1.Authority) error {
 		if !InCanary(p) && !InLive(p) {
 			continue
 		}
-		if _, err := parseGeneration(g); err != nil {
+		if _, err := ParseGeneration(g); err != nil {
 			return fmt.Errorf("%w: generation %s (%s) would leave the bundles, which are kept as published until it is fixed: %w", errInvalidMember, g.Name, p, err)
 		}
 	}

@@ -470,31 +470,6 @@ func selfSigned(c *x509.Certificate) bool {
 	return string(c.RawSubject) == string(c.RawIssuer) && c.CheckSignatureFrom(c) == nil
 }
 
-// ParsePEM parses every CERTIFICATE block of data, in order; any other
-// block is an error (a private key never belongs in a chain file).
-func ParsePEM(data []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("unexpected PEM block %q: only CERTIFICATE blocks are read", b.Type)
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parsing certificate %d: %w", len(out)+1, err)
-		}
-		out = append(out, c)
-	}
-	if strings.TrimSpace(string(data)) != "" && len(out) == 0 {
-		return nil, errors.New("no PEM certificate found")
-	}
-	return out, nil
-}
-
 // EncodePEM encodes certs as concatenated CERTIFICATE blocks.
 func EncodePEM(certs ...*x509.Certificate) string {
 	var b strings.Builder

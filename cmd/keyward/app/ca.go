@@ -15,6 +15,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/internal/cacert"
+	"github.com/keyward/keyward/internal/pemcert"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/config"
@@ -536,7 +537,7 @@ func (o *caImportOptions) Run(ctx context.Context, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("reading certificates: %w", err)
 		}
-		parsed, err := cacert.ParsePEM(data)
+		parsed, err := pemcert.Parse(data)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
