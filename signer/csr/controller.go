@@ -40,7 +40,6 @@ import (
 const (
 	permissionWait  = 5 * time.Second
 	unavailableWait = time.Second
-	maxMessage      = 4096
 	// finishTimeout bounds the status write of a CSR in flight when
 	// shutdown begins (beyond the signature's own SignTimeout).
 	finishTimeout = 10 * time.Second
