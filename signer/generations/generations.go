@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -786,7 +787,7 @@ func (s *signerGens) updateChecks(ctx context.Context, a *v1alpha1.Authority, ke
 // from both the cached status and what it last wrote.
 func (s *signerGens) writeChecks(ctx context.Context, a *v1alpha1.Authority) error {
 	s.mu.Lock()
-	want := copyChecks(s.checks)
+	want := maps.Clone(s.checks)
 	s.mu.Unlock()
 	cached := map[string]v1alpha1.KeyCheck{}
 	for _, g := range a.Status.Generations {
@@ -801,14 +802,6 @@ func (s *signerGens) writeChecks(ctx context.Context, a *v1alpha1.Authority) err
 		return nil
 	}
 	return s.write(ctx, nil)
-}
-
-func copyChecks(m map[string]v1alpha1.KeyCheck) map[string]v1alpha1.KeyCheck {
-	out := make(map[string]v1alpha1.KeyCheck, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // sameChecks compares keyChecks without their Time.
