@@ -9,8 +9,6 @@ package generations
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/uri"
+	"github.com/keyward/keyward/internal/cacert"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
@@ -710,11 +709,11 @@ func build(g v1alpha1.Generation, key backends.Signer) (*authority.Authority, v1
 	fail := func(err error) (*authority.Authority, v1alpha1.KeyCheck) {
 		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: truncate(fmt.Sprintf("generation %s: %v", g.Name, err))}
 	}
-	certs, err := parseCertificates(g.CertificatePEM)
+	certs, err := cacert.ParsePEM([]byte(g.CertificatePEM))
 	if err != nil || len(certs) == 0 {
 		return fail(fmt.Errorf("certificatePEM holds no certificate (%v)", err))
 	}
-	chain, err := parseCertificates(g.ChainPEM)
+	chain, err := cacert.ParsePEM([]byte(g.ChainPEM))
 	if err != nil {
 		return fail(fmt.Errorf("chainPEM: %w", err))
 	}
@@ -816,26 +815,6 @@ func sameChecks(a, b map[string]v1alpha1.KeyCheck) bool {
 		}
 	}
 	return true
-}
-
-func parseCertificates(data string) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	rest := []byte(data)
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return out, nil
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("a %s block where only CERTIFICATE blocks belong", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
 }
 
 func later(a, b time.Time) time.Time {
