@@ -21,6 +21,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/uri"
 	"github.com/keyward/keyward/internal/cacert"
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
@@ -696,7 +697,7 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 			k.noRetry = true
 			msg = "not retried (a refused PIN counts toward the token's lockout): fix the pin-source, then restart the signer or change the key URI: " + msg
 		}
-		k.check = v1alpha1.KeyCheck{Message: truncate(msg)}
+		k.check = v1alpha1.KeyCheck{Message: kubemsg.Truncate(msg, maxKeyCheckMessage)}
 		return k
 	}
 	k.key = key
@@ -707,7 +708,7 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 // build parses g's certificate and chain and checks them against key.
 func build(g v1alpha1.Generation, key backends.Signer) (*authority.Authority, v1alpha1.KeyCheck) {
 	fail := func(err error) (*authority.Authority, v1alpha1.KeyCheck) {
-		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: truncate(fmt.Sprintf("generation %s: %v", g.Name, err))}
+		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: kubemsg.Truncate(fmt.Sprintf("generation %s: %v", g.Name, err), maxKeyCheckMessage)}
 	}
 	certs, err := cacert.ParsePEM([]byte(g.CertificatePEM))
 	if err != nil || len(certs) == 0 {
@@ -831,11 +832,5 @@ func ceilSecond(t time.Time) time.Time {
 	return t
 }
 
-// truncate keeps a keyCheck message within the CRD's 1024 characters.
-func truncate(s string) string {
-	const max = 1024
-	if len(s) <= max {
-		return s
-	}
-	return s[:max-3] + "..."
-}
+// maxKeyCheckMessage is the CRD's limit on a keyCheck message.
+const maxKeyCheckMessage = 1024
