@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +39,6 @@ import (
 const (
 	permissionWait  = 5 * time.Second
 	unavailableWait = time.Second
-	maxMessage      = 4096
 	// finishTimeout bounds the status write of a CSR in flight when
 	// shutdown begins (beyond the signature's own SignTimeout).
 	finishTimeout = 10 * time.Second
@@ -550,14 +548,7 @@ func (c *Controller) fail(ctx context.Context, s *signerState, csr *certv1.Certi
 	c.outcomes.WithLabelValues(s.Policy.Name, "Failed", v.Reason).Inc()
 	klog.FromContext(ctx).Info("CSR Failed", "csr", csr.Name, "signer", s.Policy.Name, "user", csr.Spec.Username, "reason", v.Reason, "message", msg)
 	if c.opts.Recorder != nil && c.events.Allow() {
-		c.opts.Recorder.Event(cur, corev1.EventTypeWarning, v.Reason, truncate("Failed: "+msg, 1024))
+		c.opts.Recorder.Event(cur, corev1.EventTypeWarning, v.Reason, kubemsg.Truncate("Failed: "+msg, kubemsg.MaxEventMessage))
 	}
 	return 0, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }

@@ -8,7 +8,6 @@ package csr
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
@@ -132,7 +131,7 @@ var (
 
 // Check returns the first rule req (with spec.usages) breaks, or nil.
 func (p *Policy) Check(req *x509.CertificateRequest, usages []certv1.KeyUsage) *Violation {
-	if kt := KeyType(req.PublicKey); !slices.Contains(p.AllowedKeyTypes, kt) {
+	if kt := pcr.KeyType(req.PublicKey); !slices.Contains(p.AllowedKeyTypes, kt) {
 		return violation(ReasonUnsupportedKeyType, "signer %s does not sign %s keys (allowed: %s)", p.Name, kt, strings.Join(p.AllowedKeyTypes, ", "))
 	}
 	if v := checkExtensions(req, p.Profile == config.ProfileCSR); v != nil {
@@ -443,9 +442,6 @@ func (p *Policy) Lifetime(expirationSeconds *int32) time.Duration {
 	}
 	return min(p.MaxLifetime, time.Duration(*expirationSeconds)*time.Second)
 }
-
-// KeyType names a subject key as allowedKeyTypes does.
-func KeyType(pub crypto.PublicKey) string { return pcr.KeyType(pub) }
 
 // selfSigned reports whether c is a root (its own issuer, its signature
 // verifying with its own key).

@@ -9,10 +9,9 @@ package generations
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/uri"
+	"github.com/keyward/keyward/internal/cacert"
+	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
@@ -696,7 +697,7 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 			k.noRetry = true
 			msg = "not retried (a refused PIN counts toward the token's lockout): fix the pin-source, then restart the signer or change the key URI: " + msg
 		}
-		k.check = v1alpha1.KeyCheck{Message: truncate(msg)}
+		k.check = v1alpha1.KeyCheck{Message: kubemsg.Truncate(msg, maxKeyCheckMessage)}
 		return k
 	}
 	k.key = key
@@ -707,13 +708,13 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 // build parses g's certificate and chain and checks them against key.
 func build(g v1alpha1.Generation, key backends.Signer) (*authority.Authority, v1alpha1.KeyCheck) {
 	fail := func(err error) (*authority.Authority, v1alpha1.KeyCheck) {
-		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: truncate(fmt.Sprintf("generation %s: %v", g.Name, err))}
+		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: kubemsg.Truncate(fmt.Sprintf("generation %s: %v", g.Name, err), maxKeyCheckMessage)}
 	}
-	certs, err := parseCertificates(g.CertificatePEM)
+	certs, err := cacert.ParsePEM([]byte(g.CertificatePEM))
 	if err != nil || len(certs) == 0 {
 		return fail(fmt.Errorf("certificatePEM holds no certificate (%v)", err))
 	}
-	chain, err := parseCertificates(g.ChainPEM)
+	chain, err := cacert.ParsePEM([]byte(g.ChainPEM))
 	if err != nil {
 		return fail(fmt.Errorf("chainPEM: %w", err))
 	}
@@ -786,7 +787,7 @@ func (s *signerGens) updateChecks(ctx context.Context, a *v1alpha1.Authority, ke
 // from both the cached status and what it last wrote.
 func (s *signerGens) writeChecks(ctx context.Context, a *v1alpha1.Authority) error {
 	s.mu.Lock()
-	want := copyChecks(s.checks)
+	want := maps.Clone(s.checks)
 	s.mu.Unlock()
 	cached := map[string]v1alpha1.KeyCheck{}
 	for _, g := range a.Status.Generations {
@@ -803,14 +804,6 @@ func (s *signerGens) writeChecks(ctx context.Context, a *v1alpha1.Authority) err
 	return s.write(ctx, nil)
 }
 
-func copyChecks(m map[string]v1alpha1.KeyCheck) map[string]v1alpha1.KeyCheck {
-	out := make(map[string]v1alpha1.KeyCheck, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 // sameChecks compares keyChecks without their Time.
 func sameChecks(a, b map[string]v1alpha1.KeyCheck) bool {
 	if len(a) != len(b) {
@@ -823,26 +816,6 @@ func sameChecks(a, b map[string]v1alpha1.KeyCheck) bool {
 		}
 	}
 	return true
-}
-
-func parseCertificates(data string) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	rest := []byte(data)
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return out, nil
-		}
-		if block.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("a %s block where only CERTIFICATE blocks belong", block.Type)
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
 }
 
 func later(a, b time.Time) time.Time {
@@ -859,11 +832,5 @@ func ceilSecond(t time.Time) time.Time {
 	return t
 }
 
-// truncate keeps a keyCheck message within the CRD's 1024 characters.
-func truncate(s string) string {
-	const max = 1024
-	if len(s) <= max {
-		return s
-	}
-	return s[:max-3] + "..."
-}
+// maxKeyCheckMessage is the CRD's limit on a keyCheck message.
+const maxKeyCheckMessage = 1024

@@ -109,10 +109,8 @@ type Signer struct {
 	Name string
 	// Issuer says which CA generation signs now (and records how long its
 	// leaves may live before each signature).
-	Issuer  issuer.Issuer
-	Profile profile.Profile
-	// Backend labels metrics (the key URI's scheme).
-	Backend         string
+	Issuer          issuer.Issuer
+	Profile         profile.Profile
 	AllowedKeyTypes []string
 	MaxLifetime     time.Duration
 	RefreshPoint    float64

@@ -33,7 +33,7 @@ func testSigner(t *testing.T) (*Signer, *testca.CountingSigner) {
 	t.Helper()
 	auth, counting := testca.New(t)
 	prof, _ := profile.New(config.Signer{Profile: config.ProfileSPIFFE, SPIFFE: &config.SPIFFE{TrustDomain: "td"}})
-	return &Signer{Name: "keyward.dev/unit", Issuer: issuer.Static{Authority: auth}, Profile: prof, Backend: "file",
+	return &Signer{Name: "keyward.dev/unit", Issuer: issuer.Static{Authority: auth}, Profile: prof,
 		AllowedKeyTypes: config.AllKeyTypes(), MaxLifetime: 24 * time.Hour, RefreshPoint: 0.5, Backdate: 2 * time.Minute}, counting
 }
 
