@@ -20,8 +20,8 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/uri"
-	"github.com/keyward/keyward/internal/cacert"
 	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
@@ -710,11 +710,11 @@ func build(g v1alpha1.Generation, key backends.Signer) (*authority.Authority, v1
 	fail := func(err error) (*authority.Authority, v1alpha1.KeyCheck) {
 		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: kubemsg.Truncate(fmt.Sprintf("generation %s: %v", g.Name, err), maxKeyCheckMessage)}
 	}
-	certs, err := cacert.ParsePEM([]byte(g.CertificatePEM))
+	certs, err := pemcert.Parse([]byte(g.CertificatePEM))
 	if err != nil || len(certs) == 0 {
 		return fail(fmt.Errorf("certificatePEM holds no certificate (%v)", err))
 	}
-	chain, err := cacert.ParsePEM([]byte(g.ChainPEM))
+	chain, err := pemcert.Parse([]byte(g.ChainPEM))
 	if err != nil {
 		return fail(fmt.Errorf("chainPEM: %w", err))
 	}
