@@ -8,8 +8,6 @@ package signer
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -493,26 +491,6 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([
 		})
 	}
 	return out, nil
-}
-
-// ParseCertificates reads every CERTIFICATE block of PEM data.
-func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			return out, nil
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
 }
 
 // serve starts the metrics and health listeners.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"github.com/keyward/keyward/internal/pemcert"
 	"io"
 	"os"
 	"os/signal"
@@ -309,7 +310,7 @@ func requestPodCertificate(ctx context.Context, out io.Writer, node kubernetes.I
 	if c.Type != "Issued" {
 		return nil, fmt.Errorf("PodCertificateRequest %s/%s: %s (%s): %s", done.Namespace, done.Name, c.Type, c.Reason, c.Message)
 	}
-	chain, err := signer.ParseCertificates([]byte(done.Status.CertificateChain))
+	chain, err := pemcert.Parse([]byte(done.Status.CertificateChain))
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/keyward/keyward/internal/pemcert"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,7 +18,6 @@ import (
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
-	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
@@ -142,7 +142,7 @@ func requestDaemonCertificate(ctx context.Context, out io.Writer, cp *controlpla
 		return nil, fmt.Errorf("waiting for CertificateSigningRequest %s: %w", name, err)
 	}
 	latency := time.Since(began)
-	chain, err := signer.ParseCertificates(certPEM)
+	chain, err := pemcert.Parse(certPEM)
 	if err != nil {
 		return nil, err
 	}
