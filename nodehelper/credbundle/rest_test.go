@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -56,6 +57,13 @@ func TestRESTConfigPresentsTheRotatedCertificate(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/watch" {
+			// A watch: headers now, then nothing until the client goes.
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
 		fmt.Fprintf(w, "%s %s", r.Proto, r.TLS.PeerCertificates[0].Subject.CommonName)
 	}))
 	srv.EnableHTTP2 = true
@@ -97,6 +105,18 @@ func TestRESTConfigPresentsTheRotatedCertificate(t *testing.T) {
 		}
 		return string(b)
 	}
+	// A watch open on the first certificate's connection ends once a
+	// request finds the certificate rotated.
+	watch, err := client.Get(srv.URL + "/watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Body.Close()
+	watchEnded := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, watch.Body)
+		watchEnded <- err
+	}()
 	for gen := 1; gen <= 3; gen++ {
 		if gen > 1 {
 			rotate(gen)
@@ -107,6 +127,14 @@ func TestRESTConfigPresentsTheRotatedCertificate(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			if got, want := get(), fmt.Sprintf("HTTP/2.0 gen-%d", gen); got != want {
 				t.Fatalf("gen %d, request %d: server saw %q, want %q", gen, i, got, want)
+			}
+		}
+		if gen == 2 {
+			select {
+			case err := <-watchEnded:
+				t.Logf("the watch made with gen-1 ended: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the watch made with gen-1 is still open after the rotation")
 			}
 		}
 	}
