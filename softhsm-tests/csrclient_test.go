@@ -10,6 +10,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,35 +29,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 )
-
-// deny adds Denied=True as an admin would (kubectl certificate deny).
-func deny(t *testing.T, ctx context.Context, name, reason, message string) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		cur, err := cp.AdminClient().CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
-			Type: certv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: reason, Message: message,
-		})
-		_, err = cp.AdminClient().CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, cur, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatalf("denying %s: %v", name, err)
-	}
-}
-
-// waitResult is what a Wait running in the background returned.
-type waitResult struct {
-	chain []byte
-	err   error
-}
 
 // A node identity requests a daemon certificate with csrclient against the
 // real apiserver, keyward signing from a SoftHSM2-held CA key: one CSR per
@@ -105,13 +83,41 @@ func TestCSRClientRoundTrip(t *testing.T) {
 		})
 		return c
 	}
-	waitInBackground := func(c *certv1.CertificateSigningRequest) <-chan waitResult {
+	// Helpers are closures: other files of this package are written at
+	// the same time, and top-level names could clash.
+	type waitResult struct {
+		chain []byte
+		err   error
+	}
+	waitWith := func(client kubernetes.Interface, c *certv1.CertificateSigningRequest) <-chan waitResult {
 		done := make(chan waitResult, 1)
 		go func() {
 			chain, err := csrclient.Wait(ctx, client, c)
 			done <- waitResult{chain, err}
 		}()
 		return done
+	}
+	waitInBackground := func(c *certv1.CertificateSigningRequest) <-chan waitResult { return waitWith(client, c) }
+	// deny adds Denied=True as an admin would (kubectl certificate deny).
+	deny := func(t *testing.T, name, reason, message string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			cur, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
+				Type: certv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: reason, Message: message,
+			})
+			_, err = admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, cur, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		if err != nil {
+			t.Fatalf("denying %s: %v", name, err)
+		}
 	}
 
 	t.Run("a pending key is requested once however often it is submitted, and the issued chain is committed", func(t *testing.T) {
@@ -188,7 +194,7 @@ func TestCSRClientRoundTrip(t *testing.T) {
 	t.Run("a denied CSR is a DecisionError with the approver's reason and message", func(t *testing.T) {
 		c := submit(t, request(t, nil))
 		waited := waitInBackground(c)
-		deny(t, ctx, c.Name, "NotAllowed", "daemons on this node may not")
+		deny(t, c.Name, "NotAllowed", "daemons on this node may not")
 		res := <-waited
 		var d *csrclient.DecisionError
 		if !errors.As(res.err, &d) || d.Type != certv1.CertificateDenied || d.Reason != "NotAllowed" || d.Message != "daemons on this node may not" || d.Name != c.Name {
@@ -244,6 +250,39 @@ func TestCSRClientRoundTrip(t *testing.T) {
 		defer cancel()
 		if _, err := csrclient.Wait(bounded, client, c); !errors.Is(err, csrclient.ErrDeleted) {
 			t.Fatalf("Wait = %v, want ErrDeleted", err)
+		}
+	})
+
+	t.Run("a Wait whose connections to the apiserver are cut resumes and returns the chain", func(t *testing.T) {
+		c := submit(t, request(t, nil))
+		p := startCSRClientProxy(t, cp.AdminConfig().Host)
+		cfg, err := cp.NodeConfig(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host = "https://" + p.addr
+		waited := waitWith(clientFor(t, cfg, nil), c)
+		// Cut once Wait is connected (listing or watching), so that an
+		// open request breaks.
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return p.accepted.Load() >= 1, nil
+		}); err != nil {
+			t.Fatalf("Wait never connected: %v", err)
+		}
+		p.cut() // existing connections closed, new ones refused
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return p.refused.Load() >= 2, nil // it tried again, and again
+		}); err != nil {
+			t.Fatalf("Wait never reconnected: %v", err)
+		}
+		p.restore()
+		approve(t, ctx, c)
+		res := <-waited
+		if res.err != nil {
+			t.Fatalf("Wait after the outage: %v", res.err)
+		}
+		if chain, err := pemcert.Parse(res.chain); err != nil || len(chain) == 0 || chain[0].CheckSignatureFrom(root) != nil {
+			t.Fatalf("chain after the outage: %v", err)
 		}
 	})
 
@@ -304,4 +343,72 @@ func TestCSRClientRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// csrclientProxy forwards TCP connections to the apiserver until cut: then it
+// closes them and refuses new ones (counting them) until restored.
+type csrclientProxy struct {
+	addr              string
+	accepted, refused atomic.Int32
+	mu                sync.Mutex
+	down              bool
+	conns             []net.Conn
+}
+
+func startCSRClientProxy(t *testing.T, upstreamURL string) *csrclientProxy {
+	t.Helper()
+	u, err := url.Parse(upstreamURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &csrclientProxy{addr: l.Addr().String()}
+	t.Cleanup(func() { l.Close(); p.cut() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			down := p.down
+			p.mu.Unlock()
+			if down {
+				p.refused.Add(1)
+				in.Close()
+				continue
+			}
+			out, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			p.accepted.Add(1)
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *csrclientProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *csrclientProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
 }
