@@ -290,7 +290,7 @@ func (s *Store) DiscardPending() error {
 		}
 		return fmt.Errorf("removing the pending key: %w", err)
 	}
-	return syncDir(s.dir)
+	return nodehelper.SyncDir(s.dir)
 }
 
 // Commit stores key with chainPEM (PEM, leaf first) as the current pair:
@@ -366,7 +366,7 @@ func (s *Store) swapCurrent(target string) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("swapping the current pair link %s: %w", cur, err)
 	}
-	return syncDir(s.dir)
+	return nodehelper.SyncDir(s.dir)
 }
 
 func (s *Store) removePendingIf(key crypto.Signer) error {
@@ -421,7 +421,7 @@ func (s *Store) prune() error {
 			return fmt.Errorf("pruning: %w", err)
 		}
 	}
-	return syncDir(s.dir)
+	return nodehelper.SyncDir(s.dir)
 }
 
 // isPairFile says n is <name>-<timestamp>.pem.
@@ -451,17 +451,5 @@ func (s *Store) ensureDir() error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("making the certificate store directory: %w", err)
 	}
-	return syncDir(filepath.Dir(s.dir))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s to sync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return nodehelper.SyncDir(filepath.Dir(s.dir))
 }
