@@ -401,7 +401,7 @@ func (s *Store) prune() error {
 		switch {
 		case s.isPairFile(n):
 			pairs = append(pairs, n)
-		case strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp-") && s.isOwnFile(strings.TrimPrefix(n[:strings.Index(n, ".tmp-")], ".")):
+		case s.isTempFile(n):
 			stale = append(stale, n)
 		}
 	}
@@ -436,6 +436,17 @@ func (s *Store) isPairFile(n string) bool {
 	}
 	_, err := time.Parse(timeFormat, ts)
 	return err == nil
+}
+
+// isTempFile says n is a temporary file that WriteFileAtomic or
+// swapCurrent left for one of the store's files: .<file>.tmp-<random>.
+func (s *Store) isTempFile(n string) bool {
+	rest, ok := strings.CutPrefix(n, ".")
+	if !ok {
+		return false
+	}
+	file, _, ok := strings.Cut(rest, ".tmp-")
+	return ok && s.isOwnFile(file)
 }
 
 func (s *Store) isOwnFile(n string) bool {
