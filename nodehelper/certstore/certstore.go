@@ -44,6 +44,9 @@ const DefaultKeep = 5
 // it sorts in time order.
 const timeFormat = "2006-01-02-15-04-05"
 
+// Commit's refusals. Either means the request for that key is spent: a
+// caller discards the pending key (DiscardPending) and asks again with a
+// new one; resubmitting the same key finds the same request and chain.
 var (
 	// ErrMismatch: a chain to commit is no certificate chain for the key
 	// (it does not parse, is empty, or its leaf holds another key).
@@ -205,7 +208,8 @@ func encodeChain(chain []*x509.Certificate) []byte {
 // resumed, or a new key of keyType, written and fsynced before it is
 // returned. A pending key that is not of keyType, or that is the current
 // pair's key (a crash after Commit swapped the pair but before it removed
-// the pending file), is replaced by a new one.
+// the pending file), is replaced by a new one. A pending file that does not
+// hold a key is an error naming it, not replaced (DiscardPending clears it).
 func (s *Store) Pending(keyType string) (key crypto.Signer, resumed bool, err error) {
 	path := s.pendingPath()
 	data, err := os.ReadFile(path)
