@@ -158,3 +158,26 @@ func TestUnknownAndRepeatedFieldsAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// ${NODE_NAME} takes the node name from the environment when nodeName is
+// unset, and the credential's request carries it.
+func TestNodeNameIsExpandedInTheRequest(t *testing.T) {
+	t.Setenv("NODE_NAME", "worker-9")
+	base, err := os.ReadFile("testdata/base.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse([]byte(strings.Replace(string(base), "nodeName: worker-1\n", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = t.TempDir()
+	a, err := New(Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := a.byName["daemon-a"].request.Template
+	if tmpl.Subject.CommonName != "daemon:worker-9" || tmpl.DNSNames[0] != "worker-9.example.com" || tmpl.URIs[0].String() != "spiffe://cluster.local/node/worker-9" {
+		t.Errorf("template %+v", tmpl)
+	}
+}
