@@ -127,8 +127,8 @@ type credential struct {
 	identityFor    []byte // the leaf the client source was last given
 }
 
-// New checks opts and builds an Agent; it starts nothing and does no I/O
-// besides what certstore.New does.
+// New defaults unset fields of opts.Config (Default), validates it and
+// builds an Agent; it starts nothing and does no I/O.
 func New(opts Options) (*Agent, error) {
 	return newAgent(opts, defaultDeps())
 }
@@ -137,6 +137,7 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 	if opts.Config == nil {
 		return nil, fmt.Errorf("%w: a configuration is required", ErrInvalidOptions)
 	}
+	opts.Config.Default()
 	if err := opts.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

@@ -28,6 +28,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -142,6 +143,7 @@ type harness struct {
 	cancel  func()
 	done    chan error
 	clients []*rest.Config // every config a client was built from
+	objects []runtime.Object // what the fake clients hold
 	mu      sync.Mutex
 }
 
@@ -179,7 +181,7 @@ func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.clients = append(h.clients, c)
-			return fake.NewClientset(), nil
+			return fake.NewClientset(h.objects...), nil
 		},
 	})
 	if err != nil {
@@ -525,4 +527,36 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 		return d.Counter.GetValue()
 	}
 	return d.Gauge.GetValue()
+}
+
+// A trust entry projects its ClusterTrustBundle to the trust file, and
+// the trust metrics count the write and the certificates.
+func TestTrustEntriesAreProjectedWithMetrics(t *testing.T) {
+	// The fake clientset sends no watch-list bookmark; the projector's
+	// ListWatch hides that it is a fake, so turn streaming lists off.
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	h := newHarness(t, cfg, nil)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw})
+	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(caPEM)}}}
+	h.run()
+	h.eventually("the trust file is written", 0, func() bool {
+		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
+	})
+	files, err := atomicdir.Read(filepath.Join(tmp, "trust"), "ca-bundle.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(files["ca-bundle.pem"], caPEM) {
+		t.Errorf("trust file %q, want the bundle's certificate", files["ca-bundle.pem"])
+	}
+	if got := value(t, h.agent.metrics.trustCerts.WithLabelValues("registry")); got != 1 {
+		t.Errorf("trust_bundle_certificates = %v, want 1", got)
+	}
+	if got := value(t, h.agent.metrics.trustUpdated.WithLabelValues("registry")); got != float64(start.Unix()) {
+		t.Errorf("trust_bundle_last_update_seconds = %v, want the fake clock's %d", got, start.Unix())
+	}
 }

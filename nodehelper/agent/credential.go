@@ -47,6 +47,7 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 		if err == nil {
 			bo.reset()
 			due = false
+			c.problem = ""
 			continue
 		}
 		due = renewing
@@ -142,7 +143,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 		}
 		if errors.Is(err, csrclient.ErrConflict) {
 			// Another request holds this key's name: start over with a new key.
-			return failed(ReasonConflict, errors.Join(err, discard(c)))
+			return failed(ReasonConflict, errors.Join(fmt.Errorf("submitting the CSR: %w", err), a.discard(c)))
 		}
 		return failed(ReasonAPI, fmt.Errorf("submitting the CSR: %w", err))
 	}
@@ -174,7 +175,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 			if decision.Type == certv1.CertificateFailed {
 				reason = ReasonFailed
 			}
-			return failed(reason, errors.Join(err, discard(c)))
+			return failed(reason, errors.Join(err, a.discard(c)))
 		case errors.Is(err, csrclient.ErrDeleted):
 			// The same key asks again under the same name.
 			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
@@ -187,7 +188,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	if err != nil {
 		if errors.Is(err, certstore.ErrMismatch) || errors.Is(err, certstore.ErrExpired) {
 			// The issued chain can never be used: a new key and CSR next time.
-			return failed(ReasonIssued, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), discard(c)))
+			return failed(ReasonIssued, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), a.discard(c)))
 		}
 		return failed(ReasonStore, fmt.Errorf("storing the certificate of CSR %s: %w", csr.Name, err))
 	}
@@ -211,8 +212,12 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	return nil
 }
 
-// discard drops the pending key so that the next try makes a new one.
-func discard(c *credential) error {
+// discard drops the pending key so that the next try makes a new one
+// (and a new CSR).
+func (a *Agent) discard(c *credential) error {
+	a.mu.Lock()
+	c.status.Pending = ""
+	a.mu.Unlock()
 	if err := c.store.DiscardPending(); err != nil {
 		return fmt.Errorf("discarding the pending key: %w", err)
 	}
