@@ -142,7 +142,7 @@ type harness struct {
 	metrics string
 	cancel  func()
 	done    chan error
-	clients []*rest.Config // every config a client was built from
+	clients []*rest.Config   // every config a client was built from
 	objects []runtime.Object // what the fake clients hold
 	mu      sync.Mutex
 }
