@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -191,8 +193,10 @@ func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 	return h
 }
 
-func (h *harness) run() {
-	ctx, cancel := context.WithCancel(context.Background())
+func (h *harness) run() { h.runWith(context.Background()) }
+
+func (h *harness) runWith(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
 	h.cancel, h.done = cancel, make(chan error, 1)
 	go func() { h.done <- h.agent.Run(ctx) }()
 	h.t.Cleanup(h.stop)
@@ -558,5 +562,34 @@ func TestTrustEntriesAreProjectedWithMetrics(t *testing.T) {
 	}
 	if got := value(t, h.agent.metrics.trustUpdated.WithLabelValues("registry")); got != float64(start.Unix()) {
 		t.Errorf("trust_bundle_last_update_seconds = %v, want the fake clock's %d", got, start.Unix())
+	}
+}
+
+// The same error, repeated, is logged once at default verbosity; a
+// different one is logged again.
+func TestARepeatedErrorIsLoggedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var failures []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Renewing the credential failed") {
+			mu.Lock()
+			failures = append(failures, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures)
+	}
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	h.csrs.failWait = []error{errAPIDown, errAPIDown, errAPIDown, errors.New("connection reset")}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("four tries failed", 100*time.Millisecond, func() bool { return h.status("daemon").Errors == 4 })
+	if n := count(); n != 2 {
+		t.Errorf("%d failures logged at default verbosity, want 2 (one per distinct error): %q", n, failures)
+	}
+	if !strings.Contains(failures[0], `"error"`) || !strings.Contains(failures[0], "keyward-node-daemon-") || !strings.Contains(failures[0], `"reason"="API"`) {
+		t.Errorf("the log line lacks the error, the CSR name or the reason: %s", failures[0])
 	}
 }
