@@ -294,8 +294,9 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // RenewNow makes the credential (IdentityName for the bootstrap identity)
-// renew at once, not at its scheduled time; a renewal under way finishes
-// first. It does not wait for the renewal.
+// renew at once, not at its scheduled time, and cuts a backoff wait short.
+// A renewal already under way finishes first, then another starts; a
+// renewal that starts after the call answers it. It does not wait.
 func (a *Agent) RenewNow(credential string) error {
 	c, ok := a.byName[credential]
 	if !ok {

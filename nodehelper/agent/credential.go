@@ -66,14 +66,16 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 	logger := klog.FromContext(ctx)
 	pair, err := c.store.Current()
 	if err != nil {
-		// A current file that cannot be read is kept (certstore never
-		// deletes it); a new pair replaces it.
+		// A current pair that cannot be read is not deleted: a new pair's
+		// commit replaces the link.
 		a.metrics.renewErrors.WithLabelValues(c.name, ReasonStore).Inc()
 		if msg := err.Error(); msg != c.currentProblem {
 			c.currentProblem = msg
 			logger.Error(err, "Reading the current pair failed; keeping it and requesting a new one")
 		}
 		pair = nil
+	} else {
+		c.currentProblem = ""
 	}
 	now := a.clock.Now()
 	if pair != nil {
@@ -115,6 +117,11 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 				return false, nil
 			}
 		}
+	}
+	// A RenewNow made before this renewal starts is answered by it.
+	select {
+	case <-c.kick:
+	default:
 	}
 	return true, a.renew(ctx, c)
 }
@@ -188,7 +195,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	if err != nil {
 		if errors.Is(err, certstore.ErrMismatch) || errors.Is(err, certstore.ErrExpired) {
 			// The issued chain can never be used: a new key and CSR next time.
-			return failed(ReasonIssued, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), a.discard(c)))
+			return failed(ReasonInvalid, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), a.discard(c)))
 		}
 		return failed(ReasonStore, fmt.Errorf("storing the certificate of CSR %s: %w", csr.Name, err))
 	}
