@@ -379,8 +379,12 @@ func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
 	cfg := testConfig(tmp)
 	cfg.Kubeconfig = ""
 	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
 	cfg.Default()
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
 	h := newHarness(t, cfg, nil)
+	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}}
 	h.run()
 	h.eventually("both certificates are issued", 0, func() bool {
 		return h.status(IdentityName).Renewals == 1 && h.status("daemon").Renewals == 1
@@ -407,6 +411,25 @@ func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
 	h.mu.Unlock()
 	if !bytes.Equal(last.CertData, pair.ChainPEM) || !bytes.Equal(last.KeyData, pair.KeyPEM) || last.Host != "https://127.0.0.1:1" {
 		t.Errorf("identity client config: host %s, cert is the pair's %v", last.Host, bytes.Equal(last.CertData, pair.ChainPEM))
+	}
+	// The trust projection waited for the identity, then ran with it.
+	h.eventually("the trust file is written", 0, func() bool {
+		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
+	})
+	// Renewing the identity rebuilds the client.
+	h.mu.Lock()
+	built := len(h.clients)
+	h.mu.Unlock()
+	if err := h.agent.RenewNow(IdentityName); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the identity is renewed and a client built from it", 0, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.status(IdentityName).Renewals == 2 && len(h.clients) == built+1
+	})
+	if c, _ := h.agent.clients.current(); c == nil {
+		t.Error("no identity client after the renewal")
 	}
 }
 
