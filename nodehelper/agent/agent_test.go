@@ -431,6 +431,25 @@ func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
 	if c, _ := h.agent.clients.current(); c == nil {
 		t.Error("no identity client after the renewal")
 	}
+
+	// The identity expires (the agent was asleep): it is requested with
+	// the bootstrap client again, and the credential then with the new identity.
+	h.clk.SetTime(h.status(IdentityName).NotAfter.Add(time.Minute))
+	h.eventually("the identity is renewed after expiry", time.Second, func() bool {
+		return h.status(IdentityName).Renewals == 3 && h.status("daemon").Renewals == 2
+	})
+	h.csrs.mu.Lock()
+	defer h.csrs.mu.Unlock()
+	var idClients []kubernetes.Interface
+	for i, name := range h.csrs.submits {
+		if h.csrs.requests[name].SignerName == certv1.KubeAPIServerClientKubeletSignerName {
+			idClients = append(idClients, h.csrs.clients[i])
+		}
+	}
+	if len(idClients) != 3 || idClients[1] == h.agent.clients.base || idClients[2] != h.agent.clients.base {
+		t.Errorf("identity requests: want bootstrap, identity, bootstrap (after expiry); bootstrap at %v",
+			[]bool{idClients[0] == h.agent.clients.base, idClients[1] == h.agent.clients.base, idClients[len(idClients)-1] == h.agent.clients.base})
+	}
 }
 
 // A crash after the commit but before the output was written (or any
