@@ -286,6 +286,46 @@ func TestCSRClientRoundTrip(t *testing.T) {
 		}
 	})
 
+	t.Run("a request issued with a certificate that has since expired is found, and the store refuses its chain", func(t *testing.T) {
+		store, err := certstore.New(t.TempDir(), "daemon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _, err := store.Pending(nodehelper.KeyTypeECDSAP256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := request(t, key)
+		// A signer name keyward does not serve: the test plays the signer
+		// and issues a certificate that expired an hour ago (as if the
+		// node was down from issuance until after the certificate's end).
+		r.SignerName = "example.com/csrclient-expired"
+		c := submit(t, r)
+		approve(t, ctx, c)
+		chain, _ := newTestCA(t).issue(t, key.Public(), time.Now().Add(-2*time.Hour), time.Hour)
+		cur, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Status.Certificate = []byte(chain)
+		if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// client-go's helper calls such a CSR incompatible, in text only;
+		// Submit returns it as the request it is.
+		again, err := csrclient.Submit(ctx, client, r)
+		if err != nil || again.UID != c.UID {
+			t.Fatalf("Submit of the expired request = %v", err)
+		}
+		got, err := csrclient.Wait(ctx, client, again)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Commit(key, got, time.Now()); !errors.Is(err, certstore.ErrExpired) {
+			t.Fatalf("Commit = %v, want ErrExpired", err)
+		}
+	})
+
 	t.Run("the end of the context ends a Wait with its error", func(t *testing.T) {
 		c := submit(t, request(t, nil))
 		short, cancel := context.WithTimeout(ctx, time.Second)
