@@ -83,9 +83,27 @@ func defaultDeps() deps {
 		restConfig: func(kubeconfig string) (*rest.Config, error) {
 			return kubeclient.Config(kubeconfig, 5, 10)
 		},
-		newClient: func(c *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(c) },
+		newClient: func(c *rest.Config) (kubernetes.Interface, error) {
+			hc, err := rest.HTTPClientFor(c)
+			if err != nil {
+				return nil, err
+			}
+			cs, err := kubernetes.NewForConfigAndClient(c, hc)
+			if err != nil {
+				return nil, err
+			}
+			return &httpClientset{Clientset: cs, http: hc}, nil
+		},
 	}
 }
+
+// httpClientset is a clientset that can close its idle connections.
+type httpClientset struct {
+	*kubernetes.Clientset
+	http *http.Client
+}
+
+func (c *httpClientset) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // Agent keeps the configured credentials and trust files current. Build
 // it with New, run it with Run.
