@@ -368,6 +368,7 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 	}
 
 	custom := "keyward.dev/" + uniqueName(t, "node-daemons")
+	nodeBound := "keyward.dev/" + uniqueName(t, "node-bound")
 	metricsAddr, healthAddr := startApprover(t, fmt.Sprintf(`- name: kubernetes.io/kube-apiserver-client-kubelet
   profile: kubeAPIServerClientKubelet
 - name: kubernetes.io/kubelet-serving
@@ -380,7 +381,15 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
     commonNames: ["*.daemons.example.com"]
     keyUsages: [digital signature, client auth]
   approval: {users: [%s]}
-`, custom, alice))
+- name: %s
+  profile: csr
+  csr:
+    trustDistribution: ClusterTrustBundle keyward.dev:node-daemons:live
+    commonNames: ["*.daemons.example.com"]
+    ipRanges: [10.0.0.0/8]
+    keyUsages: [digital signature, client auth]
+  approval: {groups: [system:nodes], nodeBound: true}
+`, custom, alice, nodeBound))
 
 	nodeCS := nodeClient(t, node)
 	userCS := func(user string, groups ...string) kubernetes.Interface {
@@ -417,6 +426,14 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 			certv1.CertificateApproved, approver.ReasonAutoApproved, "approval.users"},
 		{"a custom CSR from another user is denied naming them", userCS(mallory), custom, daemonRequest, clientUsages,
 			certv1.CertificateDenied, approver.ReasonRequesterNotAllowed, mallory},
+		{"a node-bound CSR from the node for its own name and address is approved", nodeCS, nodeBound,
+			pemCSR(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node + ".daemons.example.com"}, IPAddresses: []net.IP{net.ParseIP("10.20.30.40")}}),
+			clientUsages, certv1.CertificateApproved, approver.ReasonAutoApproved, "nodeBound"},
+		{"a node-bound CSR from the node for another node's name is denied naming it", nodeCS, nodeBound,
+			pemCSR(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "some-other-node.daemons.example.com"}}),
+			clientUsages, certv1.CertificateDenied, approver.ReasonSubjectNotAllowed, "some-other-node.daemons.example.com"},
+		{"a node-bound CSR from a user who is no node is denied", userCS(alice, "system:nodes"), nodeBound, daemonRequest, clientUsages,
+			certv1.CertificateDenied, approver.ReasonRequesterNotAllowed, "not a node identity"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -337,12 +337,47 @@ func (c *Controller) decide(ctx context.Context, csr *certificatesv1.Certificate
 	case r.serving != nil:
 		return c.syncKubeletServing(ctx, r.serving, csr, req)
 	case r.custom != nil:
-		if d := r.custom.check(csr, req); d != nil {
-			return c.write(ctx, csr, false, d.reason, d.message)
-		}
-		return c.write(ctx, csr, true, ReasonAutoApproved, "Approved by keyward: the requester is in approval.users/groups and the request is within the signer's csr rules")
+		return c.syncCustom(ctx, r.custom, csr, req)
 	}
 	return nil
+}
+
+func (c *Controller) syncCustom(ctx context.Context, r *customRules, csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) error {
+	if d := r.check(csr, req); d != nil {
+		return c.write(ctx, csr, false, d.reason, d.message)
+	}
+	if !r.nodeBound {
+		return c.write(ctx, csr, true, ReasonAutoApproved, "Approved by keyward: the requester is in approval.users/groups and the request is within the signer's csr rules")
+	}
+	nodeName, _ := requestingNode(csr) // check made sure it is one
+	if len(req.IPAddresses) > 0 {
+		node, err := c.getNode(ctx, csr, nodeName)
+		if node == nil {
+			return err
+		}
+		if d := nodeIPs(req, node); d != nil {
+			return c.write(ctx, csr, false, d.reason, d.message)
+		}
+	}
+	return c.write(ctx, csr, true, ReasonAutoApproved, fmt.Sprintf("Approved by keyward: requested by node %s for its own names (approval.nodeBound), within approval.users/groups and the signer's csr rules", nodeName))
+}
+
+// getNode gets the Node a CSR names. While it does not exist it returns
+// a waitError until Options.NodeWait after the CSR's creation, then writes
+// the NodeNotFound denial; either way the Node is nil.
+func (c *Controller) getNode(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, nodeName string) (*corev1.Node, error) {
+	node, err := c.opts.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		waited := c.opts.Clock.Since(csr.CreationTimestamp.Time)
+		if waited >= c.opts.NodeWait {
+			return nil, c.write(ctx, csr, false, ReasonNodeNotFound, fmt.Sprintf("Node %s does not exist (waited %s after the CSR was created)", nodeName, c.opts.NodeWait))
+		}
+		return nil, &waitError{after: min(10*time.Second, c.opts.NodeWait-waited), err: fmt.Errorf("getting Node %s: %w", nodeName, err)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting Node %s: %w", nodeName, err)
+	}
+	return node, nil
 }
 
 // errNotAuthorized: a recognised kubelet client CSR whose requester the
@@ -411,16 +446,9 @@ func (c *Controller) syncKubeletServing(ctx context.Context, r *servingRules, cs
 	if d != nil {
 		return c.write(ctx, csr, false, d.reason, d.message)
 	}
-	node, err := c.opts.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		waited := c.opts.Clock.Since(csr.CreationTimestamp.Time)
-		if waited >= c.opts.NodeWait {
-			return c.write(ctx, csr, false, ReasonNodeNotFound, fmt.Sprintf("Node %s does not exist (waited %s after the CSR was created)", nodeName, c.opts.NodeWait))
-		}
-		return &waitError{after: min(10*time.Second, c.opts.NodeWait-waited), err: fmt.Errorf("getting Node %s: %w", nodeName, err)}
-	}
-	if err != nil {
-		return fmt.Errorf("getting Node %s: %w", nodeName, err)
+	node, err := c.getNode(ctx, csr, nodeName)
+	if node == nil {
+		return err
 	}
 	if d := r.servingSANs(req, node); d != nil {
 		return c.write(ctx, csr, false, d.reason, d.message)

@@ -126,6 +126,18 @@ func customCSR(user string, mod func(*csrSpec)) csrSpec {
 	return s
 }
 
+// nodeBoundCSR is node n1 asking example.com/node-bound for its own names.
+func nodeBoundCSR(mod func(*csrSpec)) csrSpec {
+	s := csrSpec{signer: "example.com/node-bound", user: "system:node:n1", groups: nodeGroups,
+		usages:  []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		subject: pkix.Name{CommonName: "n1.daemons.example.com"}, dns: []string{"n1.daemons.example.com"},
+		ips: []string{"10.0.0.5"}, uris: []string{"spiffe://example.com/node/n1/log-shipper"}}
+	if mod != nil {
+		mod(&s)
+	}
+	return s
+}
+
 func testSigners() []config.Signer {
 	return []config.Signer{
 		{Name: kubeletClientName, Profile: config.ProfileKubeAPIServerClientKubelet},
@@ -136,6 +148,11 @@ func testSigners() []config.Signer {
 				DNSNames: []string{"*.n1.daemons.example.com"}, IPRanges: []string{"192.168.0.0/16"}, URIs: []string{"spiffe://example.com/*"},
 				KeyUsages: []string{"digital signature", "client auth"}},
 			Approval: &config.Approval{Users: []string{"alice"}, Groups: []string{"daemon-requesters"}}},
+		{Name: "example.com/node-bound", Profile: config.ProfileCSR,
+			CSR: &config.CSRPolicy{TrustDistribution: "CTB", CommonNames: []string{"*.daemons.example.com"},
+				DNSNames: []string{"*.daemons.example.com"}, IPRanges: []string{"10.0.0.0/8"}, URIs: []string{"spiffe://example.com/*"},
+				KeyUsages: []string{"digital signature", "client auth"}},
+			Approval: &config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}},
 		{Name: "example.com/unapproved", Profile: config.ProfileCSR, CSR: &config.CSRPolicy{TrustDistribution: "CTB", KeyUsages: []string{"client auth"}}},
 		{Name: "kubernetes.io/kube-apiserver-client", Profile: config.ProfileKubeAPIServerClient},
 	}
@@ -265,6 +282,25 @@ func TestDecisions(t *testing.T) {
 		{"a custom CSR asking for server auth is denied naming it", customCSR("alice", func(s *csrSpec) {
 			s.usages = append(s.usages, certificatesv1.UsageServerAuth)
 		}), denied(ReasonUsageNotAllowed, "server auth")},
+		{"a node-bound CSR from the node for its own names and address is approved", nodeBoundCSR(nil), approved},
+		{"a node-bound CSR for another node's CN is denied naming it", nodeBoundCSR(func(s *csrSpec) { s.user = "system:node:n2" }),
+			denied(ReasonSubjectNotAllowed, "n1.daemons.example.com")},
+		{"a node-bound CSR for another node's DNS name is denied naming it", nodeBoundCSR(func(s *csrSpec) {
+			s.dns = append(s.dns, "n2.daemons.example.com")
+		}), denied(ReasonSANNotAllowed, "n2.daemons.example.com")},
+		{"a node-bound CSR matches whole labels only (n1 is not in n10)", nodeBoundCSR(func(s *csrSpec) {
+			s.subject.CommonName, s.dns = "n10.daemons.example.com", nil
+		}), denied(ReasonSubjectNotAllowed, "n10.daemons.example.com")},
+		{"a node-bound CSR with an IP that is not the Node's is denied naming it", nodeBoundCSR(func(s *csrSpec) { s.ips = []string{"10.9.9.9"} }),
+			denied(ReasonSANNotOnNode, "10.9.9.9")},
+		{"a node-bound CSR with a URI not naming the node is denied naming it", nodeBoundCSR(func(s *csrSpec) {
+			s.uris = []string{"spiffe://example.com/node/n2/log-shipper"}
+		}), denied(ReasonSANNotAllowed, "spiffe://example.com/node/n2/log-shipper")},
+		{"a node-bound CSR from a non-node user in group system:nodes is denied", nodeBoundCSR(func(s *csrSpec) { s.user = "alice" }),
+			denied(ReasonRequesterNotAllowed, "not a node identity")},
+		{"a node-bound CSR with an IP from a Node that does not exist yet is looked at again", nodeBoundCSR(func(s *csrSpec) {
+			s.user, s.subject.CommonName, s.dns, s.uris = "system:node:n9", "n9.daemons.example.com", nil, nil
+		}), want{wait: true}},
 		{"a custom name without an approval section is never touched", customCSR("alice", func(s *csrSpec) { s.signer = "example.com/unapproved" }), want{}},
 		{"kube-apiserver-client CSRs are never touched", clientCSR("system:node:n1", func(s *csrSpec) { s.signer = "kubernetes.io/kube-apiserver-client" }), want{}},
 		{"a signer name not configured is never touched", customCSR("alice", func(s *csrSpec) { s.signer = "example.com/other" }), want{}},

@@ -150,10 +150,11 @@ func addrOf(ip net.IP) (netip.Addr, bool) {
 type customRules struct {
 	users, groups []string
 	policy        *csrsigner.Policy // nil: the name has no csr rules
+	nodeBound     bool
 }
 
 func newCustomRules(s config.Signer) (*customRules, error) {
-	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups}
+	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups, nodeBound: s.Approval.NodeBound}
 	if s.CSR == nil {
 		return r, nil
 	}
@@ -179,6 +180,11 @@ func (r *customRules) check(csr *certificatesv1.CertificateSigningRequest, req *
 	if !slices.Contains(r.users, csr.Spec.Username) && !slices.ContainsFunc(csr.Spec.Groups, func(g string) bool { return slices.Contains(r.groups, g) }) {
 		return deny(ReasonRequesterNotAllowed, "user %q (groups %v) is in neither approval.users nor approval.groups", csr.Spec.Username, csr.Spec.Groups)
 	}
+	if r.nodeBound {
+		if _, ok := requestingNode(csr); !ok {
+			return deny(ReasonRequesterNotAllowed, "approval.nodeBound: user %q (groups %v) is not a node identity (system:node:<name> in group system:nodes)", csr.Spec.Username, csr.Spec.Groups)
+		}
+	}
 	if r.policy == nil {
 		return deny(ReasonSubjectNotAllowed, "the signer name has no csr rules")
 	}
@@ -188,6 +194,72 @@ func (r *customRules) check(csr *certificatesv1.CertificateSigningRequest, req *
 			reason = v.Reason
 		}
 		return deny(reason, "%s", v.Message)
+	}
+	if node, ok := requestingNode(csr); r.nodeBound && ok {
+		return nodeBoundNames(node, req)
+	}
+	return nil
+}
+
+// requestingNode is the node a CSR was requested by: its user is
+// system:node:<name> and it is in group system:nodes (the Node
+// authorizer's test of a node identity).
+func requestingNode(csr *certificatesv1.CertificateSigningRequest) (string, bool) {
+	node, ok := strings.CutPrefix(csr.Spec.Username, nodeUserPrefix)
+	if !ok || node == "" || !slices.Contains(csr.Spec.Groups, nodesGroup) {
+		return "", false
+	}
+	return node, true
+}
+
+// nodeBoundNames checks that the subject CN and every DNS and URI SAN
+// name node (approval.nodeBound); IP SANs are checked against the Node's
+// addresses by the controller.
+func nodeBoundNames(node string, req *x509.CertificateRequest) *denial {
+	if cn := req.Subject.CommonName; cn != "" && !hasLabels(cn, node) {
+		return deny(ReasonSubjectNotAllowed, "approval.nodeBound: subject CN %q does not hold the requesting node's name %q as whole DNS labels", cn, node)
+	}
+	for _, name := range req.DNSNames {
+		if !hasLabels(name, node) {
+			return deny(ReasonSANNotAllowed, "approval.nodeBound: DNS subjectAltName %q does not hold the requesting node's name %q as whole DNS labels", name, node)
+		}
+	}
+	for _, u := range req.URIs {
+		if !hasLabels(u.Hostname(), node) && !slices.Contains(strings.Split(u.Path, "/"), node) {
+			return deny(ReasonSANNotAllowed, "approval.nodeBound: URI subjectAltName %q holds the requesting node's name %q neither as host labels nor as a path segment", u, node)
+		}
+	}
+	return nil
+}
+
+// hasLabels reports whether the DNS name holds labels (one name, maybe
+// dotted) as a run of whole labels: n1 is in n1, a.n1 and a.n1.example.com
+// but not in n10.example.com.
+func hasLabels(name, labels string) bool {
+	if name == "" || labels == "" {
+		return false
+	}
+	return strings.Contains("."+strings.ToLower(name)+".", "."+strings.ToLower(labels)+".")
+}
+
+// nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of node.
+func nodeIPs(req *x509.CertificateRequest, node *corev1.Node) *denial {
+	var ips []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				ips = append(ips, ip.Unmap())
+			}
+		}
+	}
+	for _, raw := range req.IPAddresses {
+		ip, ok := addrOf(raw)
+		if !ok {
+			return deny(ReasonInvalidRequest, "IP subjectAltName %v does not parse", raw)
+		}
+		if !slices.Contains(ips, ip) {
+			return deny(ReasonSANNotOnNode, "approval.nodeBound: IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)
+		}
 	}
 	return nil
 }

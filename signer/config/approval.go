@@ -42,6 +42,9 @@ func validateApproval(a *Approval, profile string, p *field.Path) field.ErrorLis
 			}
 		}
 	}
+	if a.NodeBound && profile != ProfileCSR {
+		errs = append(errs, field.Forbidden(p.Child("nodeBound"), "applies only to profile csr (kubelet CSRs are bound to their node already)"))
+	}
 	if profile == ProfileCSR && len(a.Users) == 0 && len(a.Groups) == 0 {
 		errs = append(errs, field.Required(p.Child("users"), "at least one user or group may request (every other CSR is Denied)"))
 	}

@@ -212,6 +212,14 @@ type Approval struct {
 	// status.addresses).
 	AllowedDNSSuffixes []string `json:"allowedDNSSuffixes,omitempty"`
 	AllowedIPRanges    []string `json:"allowedIPRanges,omitempty"`
+	// NodeBound (profile csr) approves only requests from a node identity
+	// (system:node:<name>, group system:nodes) for names of that node:
+	// the subject CN and every DNS SAN hold <name> as whole DNS labels,
+	// every URI SAN holds it as a host label or path segment, and every
+	// IP SAN is one of the Node's status.addresses. Without it, any
+	// allowed requester may ask for any name the csr rules permit, so one
+	// node could obtain another node's daemon certificate.
+	NodeBound bool `json:"nodeBound,omitempty"`
 }
 
 // PodIdentity configures the podIdentity profile.
