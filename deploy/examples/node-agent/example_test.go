@@ -26,13 +26,13 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/deploy"
 	nodeagent "github.com/keyward/keyward/deploy/examples/node-agent"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/nodehelper/agent"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
 	csrsigner "github.com/keyward/keyward/signer/csr"
@@ -110,61 +110,6 @@ func stripComments(doc []byte) []byte {
 	return b.Bytes()
 }
 
-// agentConfiguration mirrors the JSON shape of nodehelper/agent's
-// Configuration (the node agent contract), so that a misspelt field in the
-// example fails here; once that package is on main, agent.Parse is the
-// better check.
-type agentConfiguration struct {
-	APIVersion     string `json:"apiVersion"`
-	Kind           string `json:"kind"`
-	NodeName       string `json:"nodeName,omitempty"`
-	StateDir       string `json:"stateDir,omitempty"`
-	Kubeconfig     string `json:"kubeconfig,omitempty"`
-	MetricsAddress string `json:"metricsAddress,omitempty"`
-	HealthAddress  string `json:"healthAddress,omitempty"`
-	Renewal        struct {
-		RetryInitial metav1.Duration `json:"retryInitial,omitempty"`
-		RetryMax     metav1.Duration `json:"retryMax,omitempty"`
-		WaitTimeout  metav1.Duration `json:"waitTimeout,omitempty"`
-	} `json:"renewal,omitempty"`
-	Credentials []struct {
-		Name              string   `json:"name"`
-		SignerName        string   `json:"signerName"`
-		KeyType           string   `json:"keyType,omitempty"`
-		CommonName        string   `json:"commonName,omitempty"`
-		Organizations     []string `json:"organizations,omitempty"`
-		DNSNames          []string `json:"dnsNames,omitempty"`
-		IPAddresses       []string `json:"ipAddresses,omitempty"`
-		URIs              []string `json:"uris,omitempty"`
-		Usages            []string `json:"usages,omitempty"`
-		ExpirationSeconds *int32   `json:"expirationSeconds,omitempty"`
-		Output            struct {
-			Dir        string `json:"dir"`
-			BundleFile string `json:"bundleFile,omitempty"`
-			KeyFile    string `json:"keyFile,omitempty"`
-			ChainFile  string `json:"chainFile,omitempty"`
-			Mode       *int32 `json:"mode,omitempty"`
-			UID        *int   `json:"uid,omitempty"`
-			GID        *int   `json:"gid,omitempty"`
-		} `json:"output"`
-	} `json:"credentials,omitempty"`
-	Trust []struct {
-		Name                   string          `json:"name"`
-		ClusterTrustBundleName string          `json:"clusterTrustBundleName,omitempty"`
-		SignerName             string          `json:"signerName,omitempty"`
-		Version                string          `json:"version,omitempty"`
-		NodeLabel              string          `json:"nodeLabel,omitempty"`
-		LabelDomain            string          `json:"labelDomain,omitempty"`
-		Dir                    string          `json:"dir"`
-		File                   string          `json:"file,omitempty"`
-		Mode                   *int32          `json:"mode,omitempty"`
-		UID                    *int            `json:"uid,omitempty"`
-		GID                    *int            `json:"gid,omitempty"`
-		OnChange               []string        `json:"onChange,omitempty"`
-		OnChangeTimeout        metav1.Duration `json:"onChangeTimeout,omitempty"`
-	} `json:"trust,omitempty"`
-}
-
 // The example's objects decode strictly; the DaemonSet runs `keyward node
 // agent --config` on the ConfigMap's file, with NODE_NAME from the
 // downward API, its probes on the health address the configuration sets,
@@ -183,16 +128,11 @@ func TestExampleIsConsistent(t *testing.T) {
 	if ds == nil || cm == nil {
 		t.Fatalf("want a DaemonSet and a ConfigMap, got %v and %v", ds, cm)
 	}
-	js, err := yaml.YAMLToJSONStrict([]byte(cm.Data["agent.yaml"]))
+	// Decoded strictly, defaulted and validated as the agent loads it.
+	t.Setenv("NODE_NAME", "node-a")
+	cfg, err := agent.Parse([]byte(cm.Data["agent.yaml"]))
 	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg agentConfiguration
-	if strict, err := kjson.UnmarshalStrict(js, &cfg); err != nil || len(strict) > 0 {
-		t.Fatalf("agent.yaml: %v %v", err, strict)
-	}
-	if cfg.APIVersion != "keyward.dev/v1alpha1" || cfg.Kind != "NodeAgentConfiguration" {
-		t.Errorf("agent.yaml is %s %s", cfg.APIVersion, cfg.Kind)
+		t.Fatalf("agent.yaml: %v", err)
 	}
 	if m := cfg.Credentials[0].Output.Mode; m == nil || *m != 0o600 {
 		t.Errorf("the credential's mode is %v, want 0600 (YAML octal)", m)
