@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -283,7 +282,7 @@ func exampleRequest(t *testing.T, node string) *x509.CertificateRequest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &x509.CertificateRequest{Subject: pkix.Name{CommonName: "log-shipper"}, URIs: []*url.URL{u}}
+	return &x509.CertificateRequest{URIs: []*url.URL{u}}
 }
 
 // nodeDaemonsSigner is the signer entry docs/node-helper.md ("DaemonSet")
@@ -292,11 +291,11 @@ const nodeDaemonsSigner = `- name: keyward.dev/node-daemons
   profile: csr
   csr:
     trustDistribution: ClusterTrustBundle keyward.dev:node-daemons:live
-    commonNames: ["log-shipper"]
     uris: ["spiffe://cluster.local/node/*"]
     keyUsages: ["digital signature", "client auth"]
   approval:
     groups: ["system:nodes"]
+    nodeBound: true
 `
 
 // The documented signer entry, added to the shipped signer configuration,
@@ -325,6 +324,9 @@ func TestDocumentedSignerEntryAdmitsTheExample(t *testing.T) {
 	s := cfg.Signers[i]
 	if !approver.Approves(s) || !slices.Contains(s.Approval.Groups, "system:nodes") {
 		t.Error("keyward approver does not approve CSRs of system:nodes for the name")
+	}
+	if !s.Approval.NodeBound {
+		t.Error("the documented entry lets any node ask for another node's name (approval.nodeBound is off)")
 	}
 	p, err := csrsigner.NewPolicy(s)
 	if err != nil {
