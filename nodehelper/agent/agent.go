@@ -77,12 +77,10 @@ type deps struct {
 
 func defaultDeps() deps {
 	return deps{
-		submit: csrclient.Submit,
-		wait:   csrclient.Wait,
-		rnd:    rand.Float64,
-		restConfig: func(kubeconfig string) (*rest.Config, error) {
-			return kubeclient.Config(kubeconfig, 5, 10)
-		},
+		submit:     csrclient.Submit,
+		wait:       csrclient.Wait,
+		rnd:        rand.Float64,
+		restConfig: loadRESTConfig,
 		newClient: func(c *rest.Config) (kubernetes.Interface, error) {
 			hc, err := rest.HTTPClientFor(c)
 			if err != nil {
@@ -95,6 +93,17 @@ func defaultDeps() deps {
 			return &httpClientset{Clientset: cs, http: hc}, nil
 		},
 	}
+}
+
+// loadRESTConfig loads kubeconfig, or without one the in-cluster
+// configuration; its error says what to set in the agent's configuration.
+func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		if _, err := rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("not set, nor bootstrap, and not in a pod with a service account token (set kubeconfig or bootstrap.kubeconfig): %w", err)
+		}
+	}
+	return kubeclient.Config(kubeconfig, 5, 10)
 }
 
 // httpClientset is a clientset that can close its idle connections.
@@ -277,13 +286,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	logger := klog.FromContext(ctx)
-	kubeconfig := a.cfg.Kubeconfig
+	if err := a.checkDirs(); err != nil {
+		return err
+	}
+	kubeconfig, field := a.cfg.Kubeconfig, "kubeconfig"
 	if a.cfg.Bootstrap != nil {
-		kubeconfig = a.cfg.Bootstrap.Kubeconfig
+		kubeconfig, field = a.cfg.Bootstrap.Kubeconfig, "bootstrap.kubeconfig"
 	}
 	baseCfg, err := a.deps.restConfig(kubeconfig)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", field, err)
 	}
 	if a.clients, err = newClientSource(a.clock, baseCfg, a.cfg.Bootstrap != nil, a.deps.newClient); err != nil {
 		return err

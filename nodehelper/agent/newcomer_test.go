@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Mistakes a newcomer makes in the configuration's paths and identity end
+// Run at start, with the field's name, before any CSR is asked for.
+func TestRunStopsAtStartOnADirectoryItCannotUse(t *testing.T) {
+	cases := []struct {
+		name  string
+		field string
+		edit  func(cfg *Configuration, file string)
+	}{
+		{"stateDir is a file", "stateDir", func(cfg *Configuration, file string) { cfg.StateDir = file }},
+		{"an output dir sits under a file", "credentials[0].output.dir", func(cfg *Configuration, file string) {
+			cfg.Credentials[0].Output.Dir = filepath.Join(file, "out")
+		}},
+		{"a trust dir sits under a file", "trust[0].dir", func(cfg *Configuration, file string) {
+			cfg.Trust = []Trust{{Name: "t", SignerName: "keyward.dev/t", Dir: filepath.Join(file, "trust")}}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			file := filepath.Join(tmp, "a-file")
+			if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := testConfig(tmp)
+			tc.edit(cfg, file)
+			h := newHarness(t, cfg, nil)
+			// Bounded only so that a Run that does not stop fails the test
+			// instead of hanging it.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := h.agent.Run(ctx)
+			if !errors.Is(err, syscall.ENOTDIR) {
+				t.Fatalf("Run: %v, want ENOTDIR", err)
+			}
+			// The message is what the user reads: it starts with the field.
+			if !strings.HasPrefix(err.Error(), tc.field+": ") {
+				t.Errorf("Run: %q does not start with %q", err, tc.field+": ")
+			}
+			if s := h.csrs.submitted(); len(s) != 0 {
+				t.Errorf("CSRs submitted before the failure: %q", s)
+			}
+			if b, err := os.ReadFile(file); err != nil || string(b) != "x" {
+				t.Errorf("the file in the way was changed: %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// A kubeconfig that does not load is named by its field; without any, the
+// message says which fields to set (not another command's).
+func TestAKubeconfigErrorNamesItsField(t *testing.T) {
+	t.Run("a missing kubeconfig file", func(t *testing.T) {
+		cfg := testConfig(t.TempDir())
+		cfg.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+		h := newHarness(t, cfg, nil)
+		h.agent.deps.restConfig = loadRESTConfig
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := h.agent.Run(ctx)
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Run: %v, want ErrNotExist", err)
+		}
+		if !strings.HasPrefix(err.Error(), "kubeconfig: ") {
+			t.Errorf("Run: %q does not start with the field", err)
+		}
+	})
+	t.Run("no kubeconfig outside a pod", func(t *testing.T) {
+		t.Setenv("KUBERNETES_SERVICE_HOST", "")
+		t.Setenv("KUBERNETES_SERVICE_PORT", "")
+		_, err := loadRESTConfig("")
+		if !errors.Is(err, rest.ErrNotInCluster) {
+			t.Fatalf("loadRESTConfig: %v, want ErrNotInCluster", err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "set kubeconfig or bootstrap.kubeconfig") || strings.Contains(msg, "kubeClient") {
+			t.Errorf("loadRESTConfig: %q does not name the agent's fields", msg)
+		}
+	})
+}
