@@ -73,7 +73,14 @@ type deps struct {
 	rnd        func() float64
 	restConfig func(kubeconfig string) (*rest.Config, error)
 	newClient  func(*rest.Config) (kubernetes.Interface, error)
+	// submitTimeout bounds one CSR submission (zero: submitTimeout).
+	submitTimeout time.Duration
 }
+
+// submitTimeout bounds one CSR submission (a create and a get): an
+// apiserver that accepts the connection and never answers would otherwise
+// hold a renewal, silently, for good.
+const submitTimeout = time.Minute
 
 func defaultDeps() deps {
 	return deps{
@@ -170,6 +177,9 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if d.submitTimeout == 0 {
+		d.submitTimeout = submitTimeout
 	}
 	cfg := opts.Config
 	a := &Agent{cfg: cfg, clock: opts.Clock, ready: opts.Ready, deps: d, metrics: newMetrics(), byName: map[string]*credential{}}

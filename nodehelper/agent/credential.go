@@ -143,10 +143,16 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	req := c.request
 	req.Key = key
-	csr, err := a.deps.submit(ctx, client, req)
+	submitCtx, cancelSubmit := context.WithTimeout(ctx, a.deps.submitTimeout)
+	csr, err := a.deps.submit(submitCtx, client, req)
+	unanswered := submitCtx.Err() != nil
+	cancelSubmit()
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if unanswered {
+			return failed(ReasonAPI, fmt.Errorf("submitting the CSR: no answer from the apiserver within %s: %w", a.deps.submitTimeout, err))
 		}
 		if errors.Is(err, csrclient.ErrConflict) {
 			// Another request holds this key's name: start over with a new key.

@@ -3,13 +3,18 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/nodehelper/csrclient"
+	certv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -90,4 +95,26 @@ func TestAKubeconfigErrorNamesItsField(t *testing.T) {
 			t.Errorf("loadRESTConfig: %q does not name the agent's fields", msg)
 		}
 	})
+}
+
+// An apiserver that takes the connection and never answers (a wrong
+// address on a host that accepts it, a hung proxy) does not hold a renewal
+// for good: the submission ends, is counted and logged, and is tried again.
+func TestASubmissionThatIsNeverAnsweredEndsAndIsRetried(t *testing.T) {
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	var calls atomic.Int32
+	h.agent.deps.submit = func(ctx context.Context, _ kubernetes.Interface, _ csrclient.Request) (*certv1.CertificateSigningRequest, error) {
+		calls.Add(1)
+		<-ctx.Done() // the apiserver never answers
+		return nil, fmt.Errorf("creating: %w", ctx.Err())
+	}
+	h.agent.deps.submitTimeout = 10 * time.Millisecond
+	h.run()
+	h.eventually("two submissions ended", 100*time.Millisecond, func() bool { return h.status("daemon").Errors >= 2 })
+	if s := h.status("daemon"); !strings.Contains(s.LastError, "no answer from the apiserver within 10ms") {
+		t.Errorf("last error %q does not say that the apiserver did not answer", s.LastError)
+	}
+	if n := calls.Load(); n < 2 {
+		t.Errorf("%d submissions, want a retry", n)
+	}
 }
