@@ -13,6 +13,9 @@ import (
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -144,6 +147,10 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	req := c.request
 	req.Key = key
 	submitCtx, cancelSubmit := context.WithTimeout(ctx, a.deps.submitTimeout)
+	// client-go's helper says "csr for this node already exists, reusing"
+	// at default verbosity at every resumed try (and of any credential);
+	// "Waiting for the certificate" below says it once.
+	submitCtx = klog.NewContext(submitCtx, logger.V(2))
 	csr, err := a.deps.submit(submitCtx, client, req)
 	unanswered := submitCtx.Err() != nil
 	cancelSubmit()
@@ -163,7 +170,12 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	a.mu.Lock()
 	c.status.Pending = csr.Name
 	a.mu.Unlock()
-	logger.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
+	waitLog := logger
+	if csr.Name == c.waitingFor {
+		waitLog = logger.V(2) // said at default verbosity when this CSR was first waited for
+	}
+	c.waitingFor = csr.Name
+	waitLog.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
 
 	waitCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -193,7 +205,8 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 			// The same key asks again under the same name.
 			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
 		case errors.Is(context.Cause(waitCtx), errWaitTimeout):
-			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s; it is looked up again at the next try", csr.Name, a.cfg.Renewal.WaitTimeout.Duration))
+			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s (%s); it is looked up again at the next try",
+				csr.Name, a.cfg.Renewal.WaitTimeout.Duration, a.pendingState(ctx, client, csr.Name, c.request.SignerName)))
 		}
 		return failed(ReasonAPI, fmt.Errorf("waiting for CSR %s: %w", csr.Name, err))
 	}
@@ -223,6 +236,24 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	logger.Info("Certificate issued", kv...)
 	return nil
+}
+
+// pendingState says why the CSR name has no certificate yet, for the
+// message of a wait that timed out: not approved, or approved and not
+// signed (no signer serves signerName).
+func (a *Agent) pendingState(ctx context.Context, client kubernetes.Interface, name, signerName string) string {
+	ctx, cancel := context.WithTimeout(ctx, a.deps.submitTimeout)
+	defer cancel()
+	got, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("reading it: %v", err)
+	}
+	for _, cond := range got.Status.Conditions {
+		if cond.Type == certv1.CertificateApproved && cond.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("approved, but no signer has issued it: does a signer serve %s?", signerName)
+		}
+	}
+	return fmt.Sprintf("not approved: does an approver (keyward approver) approve %s for this node?", signerName)
 }
 
 // discard drops the pending key so that the next try makes a new one

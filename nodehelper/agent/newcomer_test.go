@@ -7,15 +7,21 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 // Mistakes a newcomer makes in the configuration's paths and identity end
@@ -116,5 +122,58 @@ func TestASubmissionThatIsNeverAnsweredEndsAndIsRetried(t *testing.T) {
 	}
 	if n := calls.Load(); n < 2 {
 		t.Errorf("%d submissions, want a retry", n)
+	}
+}
+
+// A CSR still pending when renewal.waitTimeout ends is described: not
+// approved (no approver for the signer name), or approved and not signed
+// (no signer serves it).
+func TestAWaitThatTimesOutSaysWhatTheCSRLacks(t *testing.T) {
+	approved := certv1.CertificateSigningRequestCondition{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}
+	cases := []struct {
+		name string
+		csr  *certv1.CertificateSigningRequest
+		want string
+	}{
+		{"an unapproved CSR asks for an approver", &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}},
+			"not approved: does an approver (keyward approver) approve keyward.dev/x for this node?"},
+		{"an approved CSR asks for a signer", &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+			Status: certv1.CertificateSigningRequestStatus{Conditions: []certv1.CertificateSigningRequestCondition{approved}}},
+			"approved, but no signer has issued it: does a signer serve keyward.dev/x?"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, testConfig(t.TempDir()), nil)
+			got := h.agent.pendingState(context.Background(), fake.NewClientset(tc.csr), "c", "keyward.dev/x")
+			if got != tc.want {
+				t.Errorf("pendingState = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Each retry of a wait for the same CSR says "Waiting for the certificate"
+// at default verbosity only the first time.
+func TestWaitingForTheSameCSRIsLoggedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var waits []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Waiting for the certificate") {
+			mu.Lock()
+			waits = append(waits, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	h.csrs.failWait = []error{errAPIDown, errAPIDown}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("issued after two failed waits", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
+	if s := h.csrs.submitted(); len(s) != 3 || s[0] != s[2] {
+		t.Fatalf("submitted %q, want the same CSR three times", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) != 1 {
+		t.Errorf("%d waits logged at default verbosity, want 1: %q", len(waits), waits)
 	}
 }
