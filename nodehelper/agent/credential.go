@@ -111,6 +111,12 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 			a.mu.Unlock()
 			*scheduled = leaf.Raw
 			logger.V(2).Info("Renewal scheduled", "at", at, "notBefore", leaf.NotBefore, "notAfter", leaf.NotAfter)
+			if now.Before(leaf.NotBefore) {
+				// Written anyway (other hosts' clocks accept it), but this
+				// node's own checks and the renewal point run on its clock.
+				logger.Info("The certificate is not valid yet by this node's clock: is the clock behind?",
+					"notBefore", leaf.NotBefore, "now", now, "renewAt", at, "path", pair.Path)
+			}
 		}
 		a.mu.Lock()
 		at := c.renewAt

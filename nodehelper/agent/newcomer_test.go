@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -175,5 +176,41 @@ func TestWaitingForTheSameCSRIsLoggedOnce(t *testing.T) {
 	defer mu.Unlock()
 	if len(waits) != 1 {
 		t.Errorf("%d waits logged at default verbosity, want 1: %q", len(waits), waits)
+	}
+}
+
+// A certificate that is not valid yet by the node's clock (the clock is
+// behind the signer's) is kept and written, and the agent says once that
+// the node's clock may be behind.
+func TestACertificateNotValidYetByTheNodesClockIsReportedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "not valid yet") {
+			mu.Lock()
+			lines = append(lines, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	h := newHarness(t, cfg, nil)
+	h.agent.deps.wait = func(_ context.Context, _ kubernetes.Interface, csr *certv1.CertificateSigningRequest) ([]byte, error) {
+		h.csrs.mu.Lock()
+		r := h.csrs.requests[csr.Name]
+		h.csrs.mu.Unlock()
+		// The signer's clock is an hour ahead of this node's.
+		return h.csrs.ca.issue(t, r.Template, r.Key.Public(), h.clk.Now().Add(time.Hour), time.Hour), nil
+	}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the output is written", 0, func() bool {
+		files, err := atomicdir.Read(cfg.Credentials[0].Output.Dir, "credential-bundle.pem")
+		return err == nil && len(files["credential-bundle.pem"]) > 0
+	})
+	h.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 1 {
+		t.Errorf("%d 'not valid yet' lines, want 1: %q", len(lines), lines)
 	}
 }
