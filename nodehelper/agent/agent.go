@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -321,7 +322,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.ready(metricsAddr, healthAddr)
 	}
 	logger.Info("Node agent started", "node", a.cfg.NodeName, "credentials", len(a.creds), "trust", len(a.trusts),
-		"bootstrap", a.cfg.Bootstrap != nil, "metrics", metricsAddr, "health", healthAddr)
+		"bootstrap", a.cfg.Bootstrap != nil, field, kubeconfig, "metrics", metricsAddr, "health", healthAddr)
 
 	var wg sync.WaitGroup
 	for _, c := range a.creds {
@@ -436,7 +437,10 @@ func (a *Agent) serveHTTP(ctx context.Context) (metricsAddr, healthAddr string, 
 func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 	logger := klog.FromContext(ctx).WithValues("trust", name)
 	ctx = klog.NewContext(ctx, logger)
+	var synced chan struct{} // closed by the first pass of the current run
+	var once *sync.Once
 	opts.Synced = func(o trust.Outcome) {
+		once.Do(func() { close(synced) })
 		if o.Written {
 			a.metrics.trustWrites.WithLabelValues(name).Inc()
 			a.metrics.trustUpdated.WithLabelValues(name).Set(float64(a.clock.Now().Unix()))
@@ -464,16 +468,21 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 			return
 		}
 		pctx, cancel := context.WithCancel(ctx)
+		synced, once = make(chan struct{}), &sync.Once{}
+		var wg sync.WaitGroup
+		wg.Go(func() { a.reportUnsynced(pctx, client, synced) })
 		done := make(chan error, 1)
 		go func() { done <- p.Run(pctx) }()
 		select {
 		case <-changed: // nil without bootstrap: never
 			cancel()
+			wg.Wait()
 			<-done
 			logger.V(2).Info("Restarting the trust projection with the new node identity")
 			continue
 		case err = <-done:
 			cancel()
+			wg.Wait()
 		}
 		if err == nil { // ctx ended
 			return
@@ -484,6 +493,39 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 			return
 		}
 	}
+}
+
+// trustSyncReport is how long a trust projection may go without reading
+// ClusterTrustBundles before the agent says why at default verbosity
+// (client-go's informers retry a failing list silently).
+const trustSyncReport = time.Minute
+
+// reportUnsynced says once, trustSyncReport after the projection started
+// without a first pass (synced), why it cannot list ClusterTrustBundles
+// (the apiserver's refusal or no answer).
+func (a *Agent) reportUnsynced(ctx context.Context, client kubernetes.Interface, synced <-chan struct{}) {
+	t := a.clock.NewTimer(trustSyncReport)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-synced:
+		return
+	case <-t.C():
+	}
+	lctx, cancel := context.WithTimeout(ctx, a.deps.submitTimeout)
+	defer cancel()
+	_, err := client.CertificatesV1().ClusterTrustBundles().List(lctx, metav1.ListOptions{Limit: 1})
+	if ctx.Err() != nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		logger.Error(err, "Trust projection cannot list ClusterTrustBundles; keeping the last good trust file", "after", trustSyncReport)
+		return
+	}
+	// Listing works: what holds the projection (a failed write) it says itself.
+	logger.V(2).Info("Trust projection has not synced yet", "after", trustSyncReport)
 }
 
 // sleep waits d on the agent's clock, or until kick or ctx ends (false).

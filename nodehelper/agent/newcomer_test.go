@@ -18,10 +18,13 @@ import (
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 )
 
@@ -212,5 +215,68 @@ func TestACertificateNotValidYetByTheNodesClockIsReportedOnce(t *testing.T) {
 	defer mu.Unlock()
 	if len(lines) != 1 {
 		t.Errorf("%d 'not valid yet' lines, want 1: %q", len(lines), lines)
+	}
+}
+
+// A trust projection whose identity may not list ClusterTrustBundles (or
+// whose apiserver does not answer) is not silent: client-go's informer
+// retries quietly, so the agent says why at default verbosity once a
+// minute has passed without a first pass.
+func TestATrustProjectionThatCannotListSaysWhy(t *testing.T) {
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // as TestTrustEntriesAreProjectedWithMetrics
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Trust projection") {
+			mu.Lock()
+			lines = append(lines, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	said := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), lines...)
+	}
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Credentials = nil
+	cfg.Trust = []Trust{{Name: "registry", SignerName: "keyward.dev/registry", Dir: filepath.Join(tmp, "trust")}}
+	h := newHarness(t, cfg, nil)
+	h.agent.deps.newClient = func(*rest.Config) (kubernetes.Interface, error) {
+		c := fake.NewClientset()
+		c.PrependReactor("list", "clustertrustbundles", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(certv1.Resource("clustertrustbundles"), "", errors.New("no grant"))
+		})
+		return c, nil
+	}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the projection says why it has no trust file", 10*time.Second, func() bool { return len(said()) > 0 })
+	got := said()
+	if len(got) != 1 || !strings.Contains(got[0], "cannot list ClusterTrustBundles") || !strings.Contains(got[0], "forbidden") {
+		t.Errorf("logged %q, want one line with the refusal", got)
+	}
+}
+
+// The start line names the kubeconfig in use, so that a later
+// "Unauthorized" (a wrong or expired token) points at a file.
+func TestTheStartLineNamesTheKubeconfig(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		mu.Lock()
+		lines = append(lines, args)
+		mu.Unlock()
+	}, funcr.Options{})
+	cfg := testConfig(t.TempDir())
+	cfg.Kubeconfig = "/etc/kubernetes/kubelet.conf"
+	h := newHarness(t, cfg, nil)
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("started", 0, func() bool { mu.Lock(); defer mu.Unlock(); return len(lines) > 0 })
+	h.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(lines[0], "Node agent started") || !strings.Contains(lines[0], `"kubeconfig"="/etc/kubernetes/kubelet.conf"`) {
+		t.Errorf("start line %q does not name the kubeconfig", lines[0])
 	}
 }
