@@ -108,7 +108,7 @@ func defaultDeps() deps {
 func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		if _, err := rest.InClusterConfig(); err != nil {
-			return nil, fmt.Errorf("not set, nor bootstrap, and not in a pod with a service account token (set kubeconfig or bootstrap.kubeconfig): %w", err)
+			return nil, fmt.Errorf("neither kubeconfig nor bootstrap.kubeconfig is set, and the in-cluster configuration (a pod's service account) does not load: %w", err)
 		}
 	}
 	return kubeclient.Config(kubeconfig, 5, 10)

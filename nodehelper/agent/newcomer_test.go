@@ -101,7 +101,7 @@ func TestAKubeconfigErrorNamesItsField(t *testing.T) {
 		if !errors.Is(err, rest.ErrNotInCluster) {
 			t.Fatalf("loadRESTConfig: %v, want ErrNotInCluster", err)
 		}
-		if msg := err.Error(); !strings.Contains(msg, "set kubeconfig or bootstrap.kubeconfig") || strings.Contains(msg, "kubeClient") {
+		if msg := err.Error(); !strings.Contains(msg, "neither kubeconfig nor bootstrap.kubeconfig is set") || strings.Contains(msg, "kubeClient") {
 			t.Errorf("loadRESTConfig: %q does not name the agent's fields", msg)
 		}
 	})

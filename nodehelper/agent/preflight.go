@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/keyward/keyward/nodehelper"
 )
@@ -36,7 +37,9 @@ func (a *Agent) checkDirs() error {
 // writableDir makes path (mode perm) if it is missing and creates and
 // removes a file in it.
 func writableDir(path string, perm os.FileMode) error {
-	if _, err := os.Stat(path); err != nil {
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory: %w", path, syscall.ENOTDIR)
+	} else if err != nil {
 		if err := os.MkdirAll(path, perm); err != nil {
 			return fmt.Errorf("making the directory: %w", err)
 		}
