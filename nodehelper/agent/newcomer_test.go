@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -278,5 +280,41 @@ func TestTheStartLineNamesTheKubeconfig(t *testing.T) {
 	defer mu.Unlock()
 	if !strings.Contains(lines[0], "Node agent started") || !strings.Contains(lines[0], `"kubeconfig"="/etc/kubernetes/kubelet.conf"`) {
 		t.Errorf("start line %q does not name the kubeconfig", lines[0])
+	}
+}
+
+// An output or trust directory that is the state directory (which holds
+// the pending keys and older pairs, mode 0700) is refused, naming both.
+func TestAnOutputOrTrustDirInTheStateDirIsRefused(t *testing.T) {
+	cases := []struct {
+		name, field string
+		edit        func(cfg *Configuration)
+	}{
+		{"an output dir", "credentials[0].output.dir", func(cfg *Configuration) { cfg.Credentials[0].Output.Dir = cfg.StateDir + "/" }},
+		{"a trust dir", "trust[0].dir", func(cfg *Configuration) {
+			cfg.Trust = []Trust{{Name: "t", SignerName: "keyward.dev/t", Dir: cfg.StateDir}}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			tc.edit(cfg)
+			cfg.Default()
+			err := cfg.Validate()
+			var agg utilerrors.Aggregate
+			if !errors.As(err, &agg) {
+				t.Fatalf("Validate: %v, want a field error list", err)
+			}
+			found := false
+			for _, e := range agg.Errors() {
+				var fe *field.Error
+				if errors.As(e, &fe) && fe.Field == tc.field && fe.Type == field.ErrorTypeInvalid && strings.Contains(fe.Detail, "stateDir") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("Validate: %v, want %s refused as stateDir's", err, tc.field)
+			}
+		})
 	}
 }
