@@ -15,6 +15,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
@@ -250,16 +251,25 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 func (a *Agent) pendingState(ctx context.Context, client kubernetes.Interface, name, signerName string) string {
 	ctx, cancel := context.WithTimeout(ctx, a.deps.submitTimeout)
 	defer cancel()
-	got, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	// A list, as the wait does: an identity that may not list CSRs waits
+	// in silence (client-go's informer retries quietly), and this says so.
+	list, err := client.CertificatesV1().CertificateSigningRequests().List(ctx,
+		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
-		return fmt.Sprintf("reading it: %v", err)
+		return fmt.Sprintf("listing it, as the wait does: %v", err)
 	}
-	for _, cond := range got.Status.Conditions {
-		if cond.Type == certv1.CertificateApproved && cond.Status == corev1.ConditionTrue {
-			return fmt.Sprintf("approved, but no signer has issued it: does a signer serve %s?", signerName)
+	for _, got := range list.Items {
+		if got.Name != name {
+			continue
 		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == certv1.CertificateApproved && cond.Status == corev1.ConditionTrue {
+				return fmt.Sprintf("approved, but no signer has issued it: does a signer serve %s?", signerName)
+			}
+		}
+		return fmt.Sprintf("not approved: does an approver (keyward approver) approve %s for this node?", signerName)
 	}
-	return fmt.Sprintf("not approved: does an approver (keyward approver) approve %s for this node?", signerName)
+	return "it no longer exists"
 }
 
 // discard drops the pending key so that the next try makes a new one

@@ -132,26 +132,39 @@ func TestASubmissionThatIsNeverAnsweredEndsAndIsRetried(t *testing.T) {
 }
 
 // A CSR still pending when renewal.waitTimeout ends is described: not
-// approved (no approver for the signer name), or approved and not signed
-// (no signer serves it).
+// approved (no approver for the signer name), approved and not signed (no
+// signer serves it), or not listable by this identity (the wait lists it).
 func TestAWaitThatTimesOutSaysWhatTheCSRLacks(t *testing.T) {
 	approved := certv1.CertificateSigningRequestCondition{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}
+	forbidden := apierrors.NewForbidden(certv1.Resource("certificatesigningrequests"), "", errors.New("no list grant"))
 	cases := []struct {
-		name string
-		csr  *certv1.CertificateSigningRequest
-		want string
+		name   string
+		csr    *certv1.CertificateSigningRequest
+		listed error
+		want   string
 	}{
-		{"an unapproved CSR asks for an approver", &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}},
-			"not approved: does an approver (keyward approver) approve keyward.dev/x for this node?"},
-		{"an approved CSR asks for a signer", &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		{name: "an unapproved CSR asks for an approver", csr: &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}},
+			want: "not approved: does an approver (keyward approver) approve keyward.dev/x for this node?"},
+		{name: "an approved CSR asks for a signer", csr: &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"},
 			Status: certv1.CertificateSigningRequestStatus{Conditions: []certv1.CertificateSigningRequestCondition{approved}}},
-			"approved, but no signer has issued it: does a signer serve keyward.dev/x?"},
+			want: "approved, but no signer has issued it: does a signer serve keyward.dev/x?"},
+		{name: "an identity that may not list CSRs is told so", listed: forbidden,
+			want: "listing it, as the wait does: " + forbidden.Error()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, testConfig(t.TempDir()), nil)
-			got := h.agent.pendingState(context.Background(), fake.NewClientset(tc.csr), "c", "keyward.dev/x")
-			if got != tc.want {
+			var objects []runtime.Object
+			if tc.csr != nil {
+				objects = append(objects, tc.csr)
+			}
+			client := fake.NewClientset(objects...)
+			if tc.listed != nil {
+				client.PrependReactor("list", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, tc.listed
+				})
+			}
+			if got := h.agent.pendingState(context.Background(), client, "c", "keyward.dev/x"); got != tc.want {
 				t.Errorf("pendingState = %q, want %q", got, tc.want)
 			}
 		})
