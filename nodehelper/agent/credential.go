@@ -220,6 +220,12 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	pair, err := c.store.Commit(key, chainPEM, a.clock.Now())
 	if err != nil {
 		if errors.Is(err, certstore.ErrMismatch) || errors.Is(err, certstore.ErrExpired) {
+			if errors.Is(err, certstore.ErrExpired) && !resumed {
+				// Requested in this try, so not expired but for this
+				// node's clock: each try will make another CSR until the
+				// clock is set right.
+				err = fmt.Errorf("%w (requested just now: is this node's clock ahead?)", err)
+			}
 			// The issued chain can never be used: a new key and CSR next time.
 			return failed(ReasonInvalid, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), a.discard(c)))
 		}

@@ -331,3 +331,25 @@ func TestAnOutputOrTrustDirInTheStateDirIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A certificate requested in this very try that has already expired by
+// the node's clock (the clock is ahead of the signer's) is refused with a
+// message that asks about the clock, and the credential error is Invalid.
+func TestACertificateExpiredOnArrivalAsksWhetherTheClockIsAhead(t *testing.T) {
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	h.agent.deps.wait = func(_ context.Context, _ kubernetes.Interface, csr *certv1.CertificateSigningRequest) ([]byte, error) {
+		h.csrs.mu.Lock()
+		r := h.csrs.requests[csr.Name]
+		h.csrs.mu.Unlock()
+		// The signer's clock is two hours behind this node's.
+		return h.csrs.ca.issue(t, r.Template, r.Key.Public(), h.clk.Now().Add(-2*time.Hour), time.Hour), nil
+	}
+	h.run()
+	h.eventually("a try failed", 0, func() bool { return h.status("daemon").Errors >= 1 })
+	if s := h.status("daemon"); !strings.Contains(s.LastError, "is this node's clock ahead?") {
+		t.Errorf("last error %q does not ask about the clock", s.LastError)
+	}
+	if got := value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonInvalid)); got < 1 {
+		t.Errorf("renew_errors_total{reason=Invalid} = %v, want at least 1", got)
+	}
+}
