@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/csrclient"
@@ -174,15 +175,7 @@ func TestAWaitThatTimesOutSaysWhatTheCSRLacks(t *testing.T) {
 // Each retry of a wait for the same CSR says "Waiting for the certificate"
 // at default verbosity only the first time.
 func TestWaitingForTheSameCSRIsLoggedOnce(t *testing.T) {
-	var mu sync.Mutex
-	var waits []string
-	logger := funcr.New(func(_, args string) {
-		if strings.Contains(args, "Waiting for the certificate") {
-			mu.Lock()
-			waits = append(waits, args)
-			mu.Unlock()
-		}
-	}, funcr.Options{})
+	logger, said := capturedLogs("Waiting for the certificate")
 	h := newHarness(t, testConfig(t.TempDir()), nil)
 	h.csrs.failWait = []error{errAPIDown, errAPIDown}
 	h.runWith(klog.NewContext(context.Background(), logger))
@@ -190,9 +183,7 @@ func TestWaitingForTheSameCSRIsLoggedOnce(t *testing.T) {
 	if s := h.csrs.submitted(); len(s) != 3 || s[0] != s[2] {
 		t.Fatalf("submitted %q, want the same CSR three times", s)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(waits) != 1 {
+	if waits := said(); len(waits) != 1 {
 		t.Errorf("%d waits logged at default verbosity, want 1: %q", len(waits), waits)
 	}
 }
@@ -201,15 +192,7 @@ func TestWaitingForTheSameCSRIsLoggedOnce(t *testing.T) {
 // behind the signer's) is kept and written, and the agent says once that
 // the node's clock may be behind.
 func TestACertificateNotValidYetByTheNodesClockIsReportedOnce(t *testing.T) {
-	var mu sync.Mutex
-	var lines []string
-	logger := funcr.New(func(_, args string) {
-		if strings.Contains(args, "not valid yet") {
-			mu.Lock()
-			lines = append(lines, args)
-			mu.Unlock()
-		}
-	}, funcr.Options{})
+	logger, said := capturedLogs("not valid yet")
 	tmp := t.TempDir()
 	cfg := testConfig(tmp)
 	h := newHarness(t, cfg, nil)
@@ -226,9 +209,7 @@ func TestACertificateNotValidYetByTheNodesClockIsReportedOnce(t *testing.T) {
 		return err == nil && len(files["credential-bundle.pem"]) > 0
 	})
 	h.stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lines) != 1 {
+	if lines := said(); len(lines) != 1 {
 		t.Errorf("%d 'not valid yet' lines, want 1: %q", len(lines), lines)
 	}
 }
@@ -239,20 +220,7 @@ func TestACertificateNotValidYetByTheNodesClockIsReportedOnce(t *testing.T) {
 // minute has passed without a first pass.
 func TestATrustProjectionThatCannotListSaysWhy(t *testing.T) {
 	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // as TestTrustEntriesAreProjectedWithMetrics
-	var mu sync.Mutex
-	var lines []string
-	logger := funcr.New(func(_, args string) {
-		if strings.Contains(args, "Trust projection") {
-			mu.Lock()
-			lines = append(lines, args)
-			mu.Unlock()
-		}
-	}, funcr.Options{})
-	said := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), lines...)
-	}
+	logger, said := capturedLogs("Trust projection")
 	tmp := t.TempDir()
 	cfg := testConfig(tmp)
 	cfg.Credentials = nil
@@ -276,21 +244,14 @@ func TestATrustProjectionThatCannotListSaysWhy(t *testing.T) {
 // The start line names the kubeconfig in use, so that a later
 // "Unauthorized" (a wrong or expired token) points at a file.
 func TestTheStartLineNamesTheKubeconfig(t *testing.T) {
-	var mu sync.Mutex
-	var lines []string
-	logger := funcr.New(func(_, args string) {
-		mu.Lock()
-		lines = append(lines, args)
-		mu.Unlock()
-	}, funcr.Options{})
+	logger, said := capturedLogs("")
 	cfg := testConfig(t.TempDir())
 	cfg.Kubeconfig = "/etc/kubernetes/kubelet.conf"
 	h := newHarness(t, cfg, nil)
 	h.runWith(klog.NewContext(context.Background(), logger))
-	h.eventually("started", 0, func() bool { mu.Lock(); defer mu.Unlock(); return len(lines) > 0 })
+	h.eventually("started", 0, func() bool { return len(said()) > 0 })
 	h.stop()
-	mu.Lock()
-	defer mu.Unlock()
+	lines := said()
 	if !strings.Contains(lines[0], "Node agent started") || !strings.Contains(lines[0], `"kubeconfig"="/etc/kubernetes/kubelet.conf"`) {
 		t.Errorf("start line %q does not name the kubeconfig", lines[0])
 	}
@@ -351,5 +312,24 @@ func TestACertificateExpiredOnArrivalAsksWhetherTheClockIsAhead(t *testing.T) {
 	}
 	if got := value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonInvalid)); got < 1 {
 		t.Errorf("renew_errors_total{reason=Invalid} = %v, want at least 1", got)
+	}
+}
+
+// capturedLogs is a logger that keeps, at default verbosity, the lines
+// holding a substring, and what it kept so far.
+func capturedLogs(substring string) (logr.Logger, func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, substring) {
+			mu.Lock()
+			lines = append(lines, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	return logger, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), lines...)
 	}
 }
