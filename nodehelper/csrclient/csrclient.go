@@ -66,7 +66,8 @@ func (e *DecisionError) Error() string {
 // Request is what to ask a signer for.
 type Request struct {
 	SignerName string
-	// Template gives the subject and the DNS, IP, URI and email SANs.
+	// Template gives the subject and the DNS, IP, URI and email SANs, and
+	// nothing else (extra extensions and attributes are refused).
 	Template          *x509.CertificateRequest
 	Usages            []certv1.KeyUsage
 	ExpirationSeconds *int32
@@ -87,6 +88,10 @@ func (r Request) validate() error {
 		return errors.New("request has no key")
 	case len(r.Usages) == 0:
 		return errors.New("request has no usages")
+	case len(r.Template.ExtraExtensions) > 0 || len(r.Template.Attributes) > 0:
+		// Name does not digest them, so two requests differing only
+		// there would share a name; signers take usages from spec.usages.
+		return errors.New("request template has extra extensions or attributes; only the subject and DNS, IP, URI and email SANs are requested")
 	}
 	return nil
 }
