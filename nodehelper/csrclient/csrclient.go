@@ -46,7 +46,12 @@ var (
 	ErrDeleted = errors.New("CertificateSigningRequest was deleted")
 	// ErrConflict says a CertificateSigningRequest of the derived name
 	// exists but asks for something else (another key, signer, subject,
-	// SANs, usages or expiration).
+	// SANs, usages or expiration). The name digests all of these, so the
+	// other request was made by someone else, e.g. another node that read
+	// this key's request and re-made it under its name after the original
+	// was deleted: retrying with the same key meets it again for as long as
+	// it exists. The key's request is spent: discard the pending key and
+	// ask with a new one (certstore.DiscardPending).
 	ErrConflict = errors.New("a CertificateSigningRequest of that name asks for something else")
 )
 
