@@ -8,6 +8,7 @@
 // Files in the directory, for a store named n:
 //
 //	n-pending.key               the key being certified (PKCS#8 PEM, 0600)
+//	n-pending.key.bad           a pending file that held no key, set aside
 //	n-2006-01-02-15-04-05.pem   PRIVATE KEY block, then the chain leaf first (0600)
 //	n-current.pem               symlink to the newest committed pair
 //
@@ -222,8 +223,9 @@ func encodeChain(chain []*x509.Certificate) []byte {
 // resumed, or a new key of keyType, written and fsynced before it is
 // returned. A pending key that is not of keyType, or that is the current
 // pair's key (a crash after Commit swapped the pair but before it removed
-// the pending file), is replaced by a new one. A pending file that does not
-// hold a key is an error naming it, not replaced (DiscardPending clears it).
+// the pending file), is replaced by a new one. So is a pending file that
+// does not hold a key (a torn or damaged write): it is renamed
+// <name>-pending.key.bad, replacing an earlier one, and nothing resumes it.
 func (s *Store) Pending(keyType string) (key crypto.Signer, resumed bool, err error) {
 	if err := s.checkDir(); err != nil {
 		return nil, false, err
@@ -234,7 +236,13 @@ func (s *Store) Pending(keyType string) (key crypto.Signer, resumed bool, err er
 	case err == nil:
 		key, err := readKeyPEM(data)
 		if err != nil {
-			return nil, false, fmt.Errorf("reading the pending key %s: %w", path, err)
+			// No request can be resumed with a key that does not parse,
+			// and an error here would come back on every try, forever:
+			// keep the bytes aside (one slot) and make a new key.
+			if err := os.Rename(path, path+".bad"); err != nil {
+				return nil, false, fmt.Errorf("setting aside the pending key %s, which holds no key: %w", path, err)
+			}
+			break
 		}
 		if keyTypeOf(key) == keyType && !s.isCurrentKey(key) {
 			return key, true, nil

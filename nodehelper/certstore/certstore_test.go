@@ -588,3 +588,35 @@ func TestStoreRefusesADirectoryOthersCanWrite(t *testing.T) {
 		})
 	}
 }
+
+func TestPendingFileWithoutAKeyIsSetAsideAndReplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"an empty pending file (a write torn by a crash)", nil},
+		{"a pending file of garbage", []byte("garbage")},
+		{"a pending file with a damaged key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{0x30, 0x03, 1, 2, 3}})},
+	} {
+		t.Run(tc.name+" is set aside and a new key made, not an error on every try", func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "daemon-pending.key")
+			if err := os.WriteFile(path, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, dir)
+			key, resumed, err := s.Pending(nodehelper.KeyTypeECDSAP256)
+			if err != nil || resumed || key == nil {
+				t.Fatalf("Pending = %v resumed %v, %v; want a new key", key, resumed, err)
+			}
+			again, resumed, err := s.Pending(nodehelper.KeyTypeECDSAP256)
+			if err != nil || !resumed || !sameKey(key, again) {
+				t.Fatalf("Pending after the replacement: resumed %v, same key %v, %v", resumed, sameKey(key, again), err)
+			}
+			bad, err := os.ReadFile(path + ".bad")
+			if err != nil || !bytes.Equal(bad, tc.data) {
+				t.Fatalf("the damaged file was not kept aside: %q, %v", bad, err)
+			}
+		})
+	}
+}
