@@ -1,0 +1,528 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyward/keyward/nodehelper/atomicdir"
+	"github.com/keyward/keyward/nodehelper/certstore"
+	"github.com/keyward/keyward/nodehelper/csrclient"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// testCA issues leaves for the fake CSR round trip.
+type testCA struct {
+	key  *ecdsa.PrivateKey
+	cert *x509.Certificate
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: start.Add(-time.Hour), NotAfter: start.AddDate(10, 0, 0)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{key: key, cert: cert}
+}
+
+// issue returns a PEM chain (leaf, CA) for pub valid from notBefore for lifetime.
+func (ca *testCA) issue(t testing.TB, tmpl *x509.CertificateRequest, pub crypto.PublicKey, notBefore time.Time, lifetime time.Duration) []byte {
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	leaf := &x509.Certificate{SerialNumber: serial, Subject: tmpl.Subject, DNSNames: tmpl.DNSNames, IPAddresses: tmpl.IPAddresses, URIs: tmpl.URIs,
+		NotBefore: notBefore, NotAfter: notBefore.Add(lifetime), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca.cert, pub, ca.key)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})...)
+}
+
+// fakeCSRs plays the apiserver and signer for the agent's CSR round trip:
+// Submit names the CSR as csrclient does; Wait issues at once (a lifetime
+// of one hour from the fake clock's now) unless the test queued an error.
+type fakeCSRs struct {
+	t        *testing.T
+	ca       *testCA
+	clk      *testingclock.FakeClock
+	lifetime time.Duration
+
+	mu       sync.Mutex
+	requests map[string]csrclient.Request // by CSR name
+	submits  []string                     // CSR names, in order
+	clients  []kubernetes.Interface       // the client of each submit
+	failWait []error                      // returned by the next waits
+	block    chan struct{}                // if set, Wait waits for it (or ctx)
+}
+
+func (f *fakeCSRs) submit(_ context.Context, c kubernetes.Interface, r csrclient.Request) (*certv1.CertificateSigningRequest, error) {
+	name, err := csrclient.Name(r)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests[name] = r
+	f.submits = append(f.submits, name)
+	f.clients = append(f.clients, c)
+	return &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name}}, nil
+}
+
+func (f *fakeCSRs) wait(ctx context.Context, _ kubernetes.Interface, csr *certv1.CertificateSigningRequest) ([]byte, error) {
+	f.mu.Lock()
+	block := f.block
+	var err error
+	if len(f.failWait) > 0 {
+		err, f.failWait = f.failWait[0], f.failWait[1:]
+	}
+	r := f.requests[csr.Name]
+	f.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting: %w", ctx.Err())
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f.ca.issue(f.t, r.Template, r.Key.Public(), f.clk.Now(), f.lifetime), nil
+}
+
+func (f *fakeCSRs) submitted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.submits...)
+}
+
+type harness struct {
+	t       *testing.T
+	clk     *testingclock.FakeClock
+	csrs    *fakeCSRs
+	cfg     *Configuration
+	agent   *Agent
+	health  string
+	metrics string
+	cancel  func()
+	done    chan error
+	clients []*rest.Config // every config a client was built from
+	mu      sync.Mutex
+}
+
+var start = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// testConfig is one credential "daemon" (bundle, key and chain files) in tmp.
+func testConfig(tmp string) *Configuration {
+	mode := int32(0o640)
+	cfg := &Configuration{
+		APIVersion: APIVersion, Kind: Kind, NodeName: "worker-1", StateDir: filepath.Join(tmp, "state"),
+		Kubeconfig: "/unused", MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
+		Credentials: []Credential{{
+			Name: "daemon", SignerName: "keyward.dev/node-daemon", CommonName: "daemon:${NODE_NAME}",
+			Output: Output{Dir: filepath.Join(tmp, "out"), KeyFile: "key.pem", ChainFile: "chain.pem", Mode: &mode},
+		}},
+	}
+	cfg.Default()
+	cfg.Renewal.RetryInitial.Duration = time.Second
+	cfg.Renewal.RetryMax.Duration = 8 * time.Second
+	return cfg
+}
+
+func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
+	t.Helper()
+	h := &harness{t: t, cfg: cfg}
+	if csrs == nil {
+		h.clk = testingclock.NewFakeClock(start)
+		csrs = &fakeCSRs{t: t, ca: newTestCA(t), clk: h.clk, lifetime: time.Hour, requests: map[string]csrclient.Request{}}
+	}
+	h.clk, h.csrs = csrs.clk, csrs
+	a, err := newAgent(Options{Config: cfg, Clock: h.clk, Ready: func(m, hl string) { h.metrics, h.health = m, hl }}, deps{
+		submit: csrs.submit, wait: csrs.wait, rnd: func() float64 { return 0.5 },
+		restConfig: func(string) (*rest.Config, error) { return &rest.Config{Host: "https://127.0.0.1:1"}, nil },
+		newClient: func(c *rest.Config) (kubernetes.Interface, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.clients = append(h.clients, c)
+			return fake.NewClientset(), nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+	return h
+}
+
+func (h *harness) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() { h.done <- h.agent.Run(ctx) }()
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	if err := <-h.done; err != nil {
+		h.t.Errorf("Run: %v", err)
+	}
+	h.cancel = nil
+}
+
+// eventually polls cond; step, if positive, moves the fake clock on at each
+// poll (to fire a backoff timer armed meanwhile).
+func (h *harness) eventually(what string, step time.Duration, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting until %s; status %+v", what, h.agent.Status())
+		}
+		if step > 0 {
+			h.clk.Step(step)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) status(name string) CredentialStatus {
+	for _, s := range h.agent.Status() {
+		if s.Name == name {
+			return s
+		}
+	}
+	h.t.Fatalf("no status for %s", name)
+	return CredentialStatus{}
+}
+
+// outputs reads the credential's set and checks it is one consistent pair:
+// the bundle is PRIVATE KEY then the chain, key.pem and chain.pem its parts.
+func (h *harness) output(dir string) (leaf *x509.Certificate) {
+	h.t.Helper()
+	files, err := atomicdir.Read(dir, "credential-bundle.pem", "key.pem", "chain.pem")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !bytes.Equal(files["credential-bundle.pem"], append(append([]byte{}, files["key.pem"]...), files["chain.pem"]...)) {
+		h.t.Fatal("the bundle is not the key followed by the chain")
+	}
+	block, _ := pem.Decode(files["key.pem"])
+	if block == nil || block.Type != "PRIVATE KEY" {
+		h.t.Fatalf("key.pem does not start with a PRIVATE KEY block")
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cblock, _ := pem.Decode(files["chain.pem"])
+	leaf, err = x509.ParseCertificate(cblock.Bytes)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if pub := key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }); !pub.Equal(leaf.PublicKey) {
+		h.t.Fatal("key.pem does not hold the leaf's key")
+	}
+	return leaf
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// The agent obtains the first certificate at once, writes it, and renews
+// at the drawn point of the lifetime (80 % with the test's draw of 0.5) on
+// the fake clock, with a new key and so a new CSR.
+func TestRenewsAtTheScheduledPointOnTheFakeClock(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	h.eventually("the first certificate is written", 0, func() bool {
+		return h.status("daemon").Renewals == 1 && h.agent.unready(h.agent.byName["daemon"]) == ""
+	})
+	first := h.output(filepath.Join(tmp, "out"))
+	if first.Subject.CommonName != "daemon:worker-1" {
+		t.Errorf("common name %q", first.Subject.CommonName)
+	}
+	c := h.agent.byName["daemon"]
+	h.eventually("the renewal is scheduled", 0, func() bool {
+		h.agent.mu.Lock()
+		defer h.agent.mu.Unlock()
+		return !c.renewAt.IsZero()
+	})
+	h.agent.mu.Lock()
+	at := c.renewAt
+	h.agent.mu.Unlock()
+	if want := first.NotBefore.Add(48 * time.Minute); !at.Equal(want) {
+		t.Errorf("renewal at %s, want %s (80 %% of one hour)", at, want)
+	}
+	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
+	h.clk.SetTime(at.Add(-time.Second))
+	if n := len(h.csrs.submitted()); n != 1 {
+		t.Fatalf("%d CSRs before the renewal point, want 1", n)
+	}
+	h.clk.SetTime(at)
+	h.eventually("the certificate is renewed", 0, func() bool { return h.status("daemon").Renewals == 2 })
+	h.eventually("the new certificate is written", 0, func() bool { return !h.output(filepath.Join(tmp, "out")).Equal(first) })
+	if names := h.csrs.submitted(); len(names) != 2 || names[0] == names[1] {
+		t.Errorf("CSRs %v, want two with different names (a new key each)", names)
+	}
+	if code, body := get(t, "http://"+h.health+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d %s", code, body)
+	}
+	if got := value(t, h.agent.metrics.renewals.WithLabelValues("daemon")); got != 2 {
+		t.Errorf("renewals_total = %v, want 2", got)
+	}
+	code, body := get(t, "http://"+h.metrics+"/metrics")
+	if code != http.StatusOK || !strings.Contains(body, `keyward_node_credential_expiration_seconds{credential="daemon"}`) {
+		t.Errorf("/metrics = %d without the expiration gauge", code)
+	}
+}
+
+var errAPIDown = errors.New("connection refused")
+
+// A failed renewal keeps the files, counts the error with its reason,
+// retries with backoff and recovers; a denial discards the pending key so
+// the next try is a new key and CSR.
+func TestErrorsKeepTheFilesBackOffAndRecover(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	h.eventually("the first certificate is written", 0, func() bool {
+		return h.status("daemon").Renewals == 1 && h.agent.unready(h.agent.byName["daemon"]) == ""
+	})
+	first := h.output(filepath.Join(tmp, "out"))
+
+	h.csrs.mu.Lock()
+	h.csrs.failWait = []error{errAPIDown, errAPIDown, &csrclient.DecisionError{Name: "x", Type: certv1.CertificateDenied, Reason: "NotAllowed", Message: "no"}}
+	h.csrs.mu.Unlock()
+	if err := h.agent.RenewNow("daemon"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("three tries failed", 100*time.Millisecond, func() bool { return h.status("daemon").Errors == 3 })
+	if got := h.output(filepath.Join(tmp, "out")); !got.Equal(first) {
+		t.Error("the files changed after failed renewals")
+	}
+	if got := value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonAPI)); got != 2 {
+		t.Errorf("renew_errors_total{reason=API} = %v, want 2", got)
+	}
+	if got := value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonDenied)); got != 1 {
+		t.Errorf("renew_errors_total{reason=Denied} = %v, want 1", got)
+	}
+	h.eventually("the renewal succeeds", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 2 })
+	names := h.csrs.submitted()
+	// 1 first, 2-4 the failed tries (same key: same name), 5 after the denial.
+	if len(names) != 5 || names[1] != names[2] || names[2] != names[3] || names[4] == names[3] {
+		t.Errorf("CSR names %v: want the same name until the denial, a new one after", names)
+	}
+	if s := h.status("daemon"); s.LastError != "" || s.Pending != "" {
+		t.Errorf("status after recovery: %+v", s)
+	}
+}
+
+// Bootstrap: the identity is requested with the bootstrap client as
+// system:node:<node>; the credential then waits for it and is requested
+// with a client built from the identity pair (the bootstrap kubeconfig's
+// server, the pair as client certificate).
+func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	h.run()
+	h.eventually("both certificates are issued", 0, func() bool {
+		return h.status(IdentityName).Renewals == 1 && h.status("daemon").Renewals == 1
+	})
+	h.csrs.mu.Lock()
+	idReq := h.csrs.requests[h.csrs.submits[0]]
+	clients := append([]kubernetes.Interface(nil), h.csrs.clients...)
+	h.csrs.mu.Unlock()
+	if idReq.Template.Subject.CommonName != "system:node:worker-1" || idReq.SignerName != certv1.KubeAPIServerClientKubeletSignerName {
+		t.Errorf("identity request %+v", idReq.Template.Subject)
+	}
+	if clients[0] != h.agent.clients.base {
+		t.Error("the identity was not requested with the bootstrap client")
+	}
+	if clients[1] == h.agent.clients.base {
+		t.Error("the credential was requested with the bootstrap client, not the identity")
+	}
+	pair, err := h.agent.byName[IdentityName].store.Current()
+	if err != nil || pair == nil {
+		t.Fatalf("identity pair: %v", err)
+	}
+	h.mu.Lock()
+	last := h.clients[len(h.clients)-1]
+	h.mu.Unlock()
+	if !bytes.Equal(last.CertData, pair.ChainPEM) || !bytes.Equal(last.KeyData, pair.KeyPEM) || last.Host != "https://127.0.0.1:1" {
+		t.Errorf("identity client config: host %s, cert is the pair's %v", last.Host, bytes.Equal(last.CertData, pair.ChainPEM))
+	}
+}
+
+// A crash after the commit but before the output was written (or any
+// output that does not match) is repaired at start without a new request;
+// a pending key left by a crash before issuance is resumed (same CSR name).
+func TestStartRewritesAStaleOutputAndResumesThePendingKey(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	clk := testingclock.NewFakeClock(start)
+	csrs := &fakeCSRs{t: t, ca: newTestCA(t), clk: clk, lifetime: time.Hour, requests: map[string]csrclient.Request{}}
+
+	// The crashed run: a committed pair, an output of an older pair.
+	store, err := certstore.New(cfg.StateDir, "daemon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "daemon:worker-1"}}
+	for i := range 2 {
+		key, _, err := store.Pending(DefaultKeyType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := store.Commit(key, csrs.ca.issue(t, tmpl, key.Public(), clk.Now(), time.Hour), clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := atomicdir.Write(cfg.Credentials[0].Output.Dir, outputFiles(&cfg.Credentials[0].Output, pair), atomicdir.Options{UID: -1, GID: -1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Step(2 * time.Second)
+	}
+	current, err := store.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h := newHarness(t, cfg, csrs)
+	h.run()
+	h.eventually("the output is the current pair", 0, func() bool { return h.agent.unready(h.agent.byName["daemon"]) == "" })
+	if got := h.output(filepath.Join(tmp, "out")); !got.Equal(current.Chain[0]) {
+		t.Error("the output is not the current pair")
+	}
+	if n := len(csrs.submitted()); n != 0 {
+		t.Errorf("%d CSRs for a valid pair, want none", n)
+	}
+	h.stop()
+
+	// Crash between the request and its issuance: a pending key exists.
+	pending, _, err := store.Pending(DefaultKeyType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := csrclient.Name(csrclient.Request{SignerName: "keyward.dev/node-daemon", Template: tmpl,
+		Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}, Key: pending, NamePrefix: "keyward-node-daemon-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := newHarness(t, cfg, csrs)
+	h2.run()
+	h2.eventually("the loop sleeps", 0, clk.HasWaiters)
+	if err := h2.agent.RenewNow("daemon"); err != nil {
+		t.Fatal(err)
+	}
+	h2.eventually("the resumed request is issued", 0, func() bool { return h2.status("daemon").Renewals == 1 })
+	if names := csrs.submitted(); len(names) != 1 || names[0] != want {
+		t.Errorf("CSRs %v, want only %s (the pending key's)", names, want)
+	}
+}
+
+// /healthz fails while the credential has no certificate after its first
+// try, and once its certificate has expired; the expired gauge says so.
+func TestHealthFailsWhileMissingOrExpired(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.csrs.failWait = []error{errAPIDown}
+	h.run()
+	h.eventually("the first try failed", 0, func() bool { return h.status("daemon").Errors == 1 })
+	if code, body := get(t, "http://"+h.health+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "daemon") {
+		t.Errorf("/healthz = %d %q, want 503 naming the credential", code, body)
+	}
+	h.eventually("the certificate is issued", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
+	if code, _ := get(t, "http://"+h.health+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d after issuance", code)
+	}
+	// The signer stops answering; the certificate runs out meanwhile.
+	block := make(chan struct{})
+	h.csrs.mu.Lock()
+	h.csrs.block = block
+	h.csrs.mu.Unlock()
+	if err := h.agent.RenewNow("daemon"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the renewal waits", 0, func() bool { return h.status("daemon").Pending != "" })
+	h.clk.Step(2 * time.Hour)
+	if code, body := get(t, "http://"+h.health+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "expired") {
+		t.Errorf("/healthz = %d %q, want 503 saying expired", code, body)
+	}
+	if code, body := get(t, "http://"+h.metrics+"/metrics"); code != http.StatusOK || !strings.Contains(body, `keyward_node_credential_expired{credential="daemon"} 1`) {
+		t.Errorf("/metrics does not show the credential expired")
+	}
+	close(block)
+}
+
+func TestRenewNowRefusesAnUnknownCredential(t *testing.T) {
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	if err := h.agent.RenewNow("nope"); !errors.Is(err, ErrUnknownCredential) {
+		t.Errorf("err = %v, want ErrUnknownCredential", err)
+	}
+}
+
+// value reads a counter's or gauge's current value.
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}

@@ -1,0 +1,309 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/keyward/keyward/nodehelper/atomicdir"
+	"github.com/keyward/keyward/nodehelper/certstore"
+	"github.com/keyward/keyward/nodehelper/csrclient"
+	certv1 "k8s.io/api/certificates/v1"
+	"k8s.io/klog/v2"
+)
+
+// renewError is a failed renewal step with its metric reason.
+type renewError struct {
+	reason string
+	err    error
+}
+
+func (e *renewError) Error() string { return e.err.Error() }
+func (e *renewError) Unwrap() error { return e.err }
+
+func failed(reason string, err error) error { return &renewError{reason: reason, err: err} }
+
+// errWaitTimeout ends one wait for issuance after renewal.waitTimeout.
+var errWaitTimeout = errors.New("wait timeout")
+
+// runCredential is one credential's loop: keep the output equal to the
+// current pair, sleep until the pair is due (or RenewNow), renew; after an
+// error keep every file and retry with backoff.
+func (a *Agent) runCredential(ctx context.Context, c *credential) {
+	logger := klog.FromContext(ctx).WithValues("credential", c.name)
+	ctx = klog.NewContext(ctx, logger)
+	bo := backoff{initial: a.cfg.Renewal.RetryInitial.Duration, max: a.cfg.Renewal.RetryMax.Duration, rnd: a.deps.rnd}
+	var scheduled []byte // the leaf renewAt was drawn for
+	due := false         // a renewal failed: retry it, do not wait for renewAt
+	for ctx.Err() == nil {
+		renewing, err := a.step(ctx, c, &scheduled, due)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			bo.reset()
+			due = false
+			continue
+		}
+		due = renewing
+		d := bo.next()
+		a.failed(ctx, c, err, d)
+		if !a.sleep(ctx, d, c.kick) {
+			return
+		}
+	}
+}
+
+// step does one pass: with a valid pair, make the output match it and
+// sleep until it is due (unless due already); then renew. It returns nil
+// after a renewal, and whether the error (if any) came from renewing.
+func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due bool) (renewing bool, err error) {
+	logger := klog.FromContext(ctx)
+	pair, err := c.store.Current()
+	if err != nil {
+		// A current file that cannot be read is kept (certstore never
+		// deletes it); a new pair replaces it.
+		a.metrics.renewErrors.WithLabelValues(c.name, ReasonStore).Inc()
+		if msg := err.Error(); msg != c.currentProblem {
+			c.currentProblem = msg
+			logger.Error(err, "Reading the current pair failed; keeping it and requesting a new one")
+		}
+		pair = nil
+	}
+	now := a.clock.Now()
+	if pair != nil {
+		leaf := pair.Chain[0]
+		a.mu.Lock()
+		c.status.NotAfter = leaf.NotAfter
+		a.mu.Unlock()
+		a.metrics.expiration.WithLabelValues(c.name).Set(float64(leaf.NotAfter.Unix()))
+		if !now.Before(leaf.NotAfter) {
+			logger.Error(fmt.Errorf("certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339)),
+				"Credential expired; renewing", "path", pair.Path)
+			pair = nil
+		}
+	}
+	if pair != nil {
+		leaf := pair.Chain[0]
+		if c.identity && !bytes.Equal(c.identityFor, leaf.Raw) {
+			if err := a.clients.setIdentity(pair); err != nil {
+				return false, failed(ReasonStore, err)
+			}
+			c.identityFor = leaf.Raw
+		}
+		if err := a.ensureOutput(ctx, c, pair); err != nil {
+			return false, failed(ReasonOutput, err)
+		}
+		if !bytes.Equal(*scheduled, leaf.Raw) {
+			at := renewAt(leaf, a.deps.rnd)
+			a.mu.Lock()
+			c.renewAt = at
+			a.mu.Unlock()
+			*scheduled = leaf.Raw
+			logger.V(2).Info("Renewal scheduled", "at", at, "notBefore", leaf.NotBefore, "notAfter", leaf.NotAfter)
+		}
+		a.mu.Lock()
+		at := c.renewAt
+		a.mu.Unlock()
+		if d := at.Sub(now); d > 0 && !due {
+			if !a.sleep(ctx, d, c.kick) {
+				return false, nil
+			}
+		}
+	}
+	return true, a.renew(ctx, c)
+}
+
+// renew obtains a new pair: the pending key (created and persisted
+// first, reused after a restart), its CSR (same key, same name: a
+// restarted agent finds the one it created), the wait, the commit.
+func (a *Agent) renew(ctx context.Context, c *credential) error {
+	logger := klog.FromContext(ctx)
+	client := a.clients.forIdentity()
+	if !c.identity {
+		if client = a.clients.wait(ctx); client == nil {
+			return ctx.Err()
+		}
+	}
+	key, resumed, err := c.store.Pending(c.keyType)
+	if err != nil {
+		return failed(ReasonStore, fmt.Errorf("loading or creating the pending key: %w", err))
+	}
+	req := c.request
+	req.Key = key
+	csr, err := a.deps.submit(ctx, client, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, csrclient.ErrConflict) {
+			// Another request holds this key's name: start over with a new key.
+			return failed(ReasonConflict, errors.Join(err, discard(c)))
+		}
+		return failed(ReasonAPI, fmt.Errorf("submitting the CSR: %w", err))
+	}
+	a.mu.Lock()
+	c.status.Pending = csr.Name
+	a.mu.Unlock()
+	logger.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
+
+	waitCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := a.clock.NewTimer(a.cfg.Renewal.WaitTimeout.Duration)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel(errWaitTimeout)
+		case <-waitCtx.Done():
+		}
+	}()
+	chainPEM, err := a.deps.wait(waitCtx, client, csr)
+	if err != nil {
+		var decision *csrclient.DecisionError
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &decision):
+			// Permanent for this request: the next try is a new key and CSR.
+			reason := ReasonDenied
+			if decision.Type == certv1.CertificateFailed {
+				reason = ReasonFailed
+			}
+			return failed(reason, errors.Join(err, discard(c)))
+		case errors.Is(err, csrclient.ErrDeleted):
+			// The same key asks again under the same name.
+			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
+		case errors.Is(context.Cause(waitCtx), errWaitTimeout):
+			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s; it is looked up again at the next try", csr.Name, a.cfg.Renewal.WaitTimeout.Duration))
+		}
+		return failed(ReasonAPI, fmt.Errorf("waiting for CSR %s: %w", csr.Name, err))
+	}
+	pair, err := c.store.Commit(key, chainPEM, a.clock.Now())
+	if err != nil {
+		if errors.Is(err, certstore.ErrMismatch) || errors.Is(err, certstore.ErrExpired) {
+			// The issued chain can never be used: a new key and CSR next time.
+			return failed(ReasonIssued, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), discard(c)))
+		}
+		return failed(ReasonStore, fmt.Errorf("storing the certificate of CSR %s: %w", csr.Name, err))
+	}
+	leaf := pair.Chain[0]
+	a.mu.Lock()
+	c.status.Renewals++
+	c.status.Pending = ""
+	c.status.NotAfter = leaf.NotAfter
+	c.status.LastError = ""
+	c.tried = true
+	c.written = false
+	a.mu.Unlock()
+	a.metrics.renewals.WithLabelValues(c.name).Inc()
+	a.metrics.expiration.WithLabelValues(c.name).Set(float64(leaf.NotAfter.Unix()))
+	kv := []any{"csr", csr.Name, "notBefore", leaf.NotBefore, "notAfter", leaf.NotAfter, "path", pair.Path}
+	if c.problem != "" {
+		kv = append(kv, "after", c.problem)
+		c.problem = ""
+	}
+	logger.Info("Certificate issued", kv...)
+	return nil
+}
+
+// discard drops the pending key so that the next try makes a new one.
+func discard(c *credential) error {
+	if err := c.store.DiscardPending(); err != nil {
+		return fmt.Errorf("discarding the pending key: %w", err)
+	}
+	return nil
+}
+
+// noteFailure counts err and logs it once per distinct message at default
+// verbosity (at V(4) when repeated).
+func (a *Agent) noteFailure(ctx context.Context, c *credential, err error, kv ...any) {
+	reason := ReasonAPI
+	var re *renewError
+	if errors.As(err, &re) {
+		reason = re.reason
+	}
+	a.metrics.renewErrors.WithLabelValues(c.name, reason).Inc()
+	a.mu.Lock()
+	c.status.Errors++
+	c.status.LastError = err.Error()
+	c.tried = true
+	pending := c.status.Pending
+	a.mu.Unlock()
+	kv = append(kv, "reason", reason)
+	if pending != "" {
+		kv = append(kv, "csr", pending)
+	}
+	logger := klog.FromContext(ctx)
+	if err.Error() == c.problem {
+		logger.V(4).Info("Renewing the credential failed again; keeping the current files", append(kv, "err", err)...)
+		return
+	}
+	c.problem = err.Error()
+	logger.Error(err, "Renewing the credential failed; keeping the current files", kv...)
+}
+
+// failed records a failed step before the backoff wait d.
+func (a *Agent) failed(ctx context.Context, c *credential, err error, d time.Duration) {
+	a.noteFailure(ctx, c, err, "retryIn", d)
+}
+
+// outputFiles is the set of files c's output holds for pair.
+func outputFiles(o *Output, pair *certstore.Pair) map[string]atomicdir.File {
+	mode := fileMode(o.Mode)
+	files := map[string]atomicdir.File{
+		o.BundleFile: {Data: append(append([]byte{}, pair.KeyPEM...), pair.ChainPEM...), Mode: mode},
+	}
+	if o.KeyFile != "" {
+		files[o.KeyFile] = atomicdir.File{Data: pair.KeyPEM, Mode: mode}
+		files[o.ChainFile] = atomicdir.File{Data: pair.ChainPEM, Mode: mode}
+	}
+	return files
+}
+
+// ensureOutput writes c's output for pair unless the directory already
+// holds exactly those files (content and mode): a crash between the
+// commit and the write, or a hand edit, is repaired at the next pass.
+func (a *Agent) ensureOutput(ctx context.Context, c *credential, pair *certstore.Pair) error {
+	if c.output == nil {
+		return nil
+	}
+	files := outputFiles(c.output, pair)
+	if !outputMatches(c.output.Dir, files) {
+		err := atomicdir.Write(c.output.Dir, files, atomicdir.Options{UID: owner(c.output.UID), GID: owner(c.output.GID)})
+		if err != nil {
+			return fmt.Errorf("writing the credential files to %s: %w", c.output.Dir, err)
+		}
+		klog.FromContext(ctx).Info("Credential files written", "dir", c.output.Dir, "notAfter", pair.Chain[0].NotAfter)
+	}
+	a.mu.Lock()
+	c.written = true
+	a.mu.Unlock()
+	return nil
+}
+
+// outputMatches reports whether dir's current set holds files exactly.
+func outputMatches(dir string, files map[string]atomicdir.File) bool {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	got, err := atomicdir.Read(dir, names...)
+	if err != nil {
+		return false
+	}
+	for n, f := range files {
+		if !bytes.Equal(got[n], f.Data) {
+			return false
+		}
+		fi, err := os.Stat(filepath.Join(dir, n))
+		if err != nil || fi.Mode().Perm() != f.Mode.Perm() {
+			return false
+		}
+	}
+	return true
+}

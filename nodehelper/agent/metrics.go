@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Reasons of keyward_node_credential_renew_errors_total.
+const (
+	ReasonDenied   = "Denied"   // the CSR was denied
+	ReasonFailed   = "Failed"   // the signer marked the CSR Failed
+	ReasonDeleted  = "Deleted"  // the CSR was deleted while waited for
+	ReasonTimeout  = "Timeout"  // not issued within renewal.waitTimeout
+	ReasonConflict = "Conflict" // a CSR of that name with other content exists
+	ReasonAPI      = "API"      // creating or reading the CSR failed
+	ReasonIssued   = "Invalid"  // the issued chain is unusable (key mismatch, expired)
+	ReasonStore    = "Store"    // reading or writing the state directory failed
+	ReasonOutput   = "Output"   // writing the output files failed
+)
+
+// metrics are the agent's, in its own registry (prefix keyward_node_);
+// keyward_node_credential_expired{credential} is a GaugeFunc per credential
+// (newCredential).
+type metrics struct {
+	registry     *prometheus.Registry
+	expiration   *prometheus.GaugeVec
+	renewals     *prometheus.CounterVec
+	renewErrors  *prometheus.CounterVec
+	trustWrites  *prometheus.CounterVec
+	trustUpdated *prometheus.GaugeVec
+	trustCerts   *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		expiration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyward_node", Name: "credential_expiration_seconds",
+			Help: "NotAfter of the credential's current certificate, as Unix time (0: none yet).",
+		}, []string{"credential"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyward_node", Name: "credential_renewals_total",
+			Help: "Certificates obtained and written, per credential.",
+		}, []string{"credential"}),
+		renewErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyward_node", Name: "credential_renew_errors_total",
+			Help: "Failed renewal attempts, per credential and reason.",
+		}, []string{"credential", "reason"}),
+		trustWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "keyward_node", Name: "trust_bundle_writes_total",
+			Help: "Times the trust file was (re)written.",
+		}, []string{"trust"}),
+		trustUpdated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyward_node", Name: "trust_bundle_last_update_seconds",
+			Help: "When the trust file was last written, as Unix time.",
+		}, []string{"trust"}),
+		trustCerts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyward_node", Name: "trust_bundle_certificates",
+			Help: "Certificates in the trust file.",
+		}, []string{"trust"}),
+	}
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.expiration, m.renewals, m.renewErrors, m.trustWrites, m.trustUpdated, m.trustCerts)
+	return m
+}
