@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/nodehelper/agent"
 	"github.com/keyward/keyward/signer/config"
 	authnv1 "k8s.io/api/authentication/v1"
 	certv1 "k8s.io/api/certificates/v1"
@@ -32,6 +35,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
 
 // ---- Bootstrap tokens (KEP-266's bootstrap credentials) ----
@@ -498,4 +503,360 @@ func TestNodeAgentTestInfrastructure(t *testing.T) {
 		t.Fatalf("restarted proxy on %s, want %s", p.Addr, addr)
 	}
 	waitAuthenticatesAs(t, ctx, cfg, tok.User())
+}
+
+// ---- Running the agent ----
+
+// kubeconfigLine is the configuration line naming the node identity's
+// kubeconfig.
+func kubeconfigLine(path string) string { return fmt.Sprintf("kubeconfig: %q", path) }
+
+// writeAgentConfig writes a NodeAgentConfiguration for node with its state
+// in stateDir, metrics and health on free ports, quick retries (the tests
+// must not wait out the default 2s..5m backoff), and sections (YAML
+// top-level entries such as "kubeconfig: ..." or "credentials: ...").
+func writeAgentConfig(t *testing.T, node, stateDir string, sections ...string) string {
+	t.Helper()
+	data := fmt.Sprintf(`apiVersion: keyward.dev/v1alpha1
+kind: NodeAgentConfiguration
+nodeName: %s
+stateDir: %q
+metricsAddress: 127.0.0.1:0
+healthAddress: 127.0.0.1:0
+renewal: {retryInitial: 100ms, retryMax: 1s}
+%s
+`, node, stateDir, strings.Join(sections, "\n"))
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// newStateDir is a state directory that does not exist yet: the agent
+// creates it (0700), as on a fresh node.
+func newStateDir(t *testing.T) string { return filepath.Join(t.TempDir(), "state") }
+
+// testAgent is `keyward node agent --config FILE` run in this process.
+type testAgent struct {
+	agent           *agent.Agent
+	metrics, health string
+	cancel          context.CancelFunc
+	done            chan error
+	logPath         string
+	stopOnce        sync.Once
+}
+
+// startAgent loads the configuration file as the command does, runs the
+// agent until the test ends (or stop), and waits until it listens. Its log
+// (verbosity 4) is printed if the test fails.
+func startAgent(t *testing.T, cfgPath string) *testAgent {
+	t.Helper()
+	cfg, err := agent.Load(cfgPath)
+	if err != nil {
+		t.Fatalf("loading the agent configuration: %v", err)
+	}
+	addrs := make(chan [2]string, 1)
+	a, err := agent.New(agent.Options{Config: cfg, Ready: func(m, h string) {
+		select {
+		case addrs <- [2]string{m, h}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatalf("agent.New: %v", err)
+	}
+	ta := &testAgent{agent: a, done: make(chan error, 1), logPath: filepath.Join(t.TempDir(), "agent.log")}
+	logFile, err := os.Create(ta.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(4)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	ta.cancel = cancel
+	go func() { ta.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		ta.stop(t)
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(ta.logPath)
+			t.Logf("agent log %s:\n%s", ta.logPath, b)
+		}
+	})
+	select {
+	case a := <-addrs:
+		ta.metrics, ta.health = a[0], a[1]
+	case err := <-ta.done:
+		ta.done <- err
+		t.Fatalf("agent stopped before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agent not listening after 30s")
+	}
+	return ta
+}
+
+// stop cancels Run (a kill, as far as the agent's state on disk goes: it
+// gets no chance to finish what it was doing) and waits for it; Run must
+// return nil.
+func (ta *testAgent) stop(t *testing.T) {
+	t.Helper()
+	ta.stopOnce.Do(func() {
+		ta.cancel()
+		select {
+		case err := <-ta.done:
+			if err != nil {
+				t.Errorf("agent Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("agent did not stop within 30s of its context ending")
+		}
+	})
+}
+
+// status is the agent's status of credential name (zero if it has none).
+func (ta *testAgent) status(t *testing.T, name string) agent.CredentialStatus {
+	t.Helper()
+	for _, s := range ta.agent.Status() {
+		if s.Name == name {
+			return s
+		}
+	}
+	return agent.CredentialStatus{}
+}
+
+// ---- Reading what the agent wrote ----
+
+// parsedBundle is a key and its chain (leaf first) as read from disk.
+type parsedBundle struct {
+	key              crypto.Signer
+	keyPEM, chainPEM []byte
+	chain            []*x509.Certificate
+}
+
+func (b *parsedBundle) leaf() *x509.Certificate { return b.chain[0] }
+
+// matches reports whether the key is the leaf's.
+func (b *parsedBundle) matches() bool { return publicKeysEqual(b.key.Public(), b.leaf().PublicKey) }
+
+func publicKeysEqual(a, b crypto.PublicKey) bool {
+	e, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && e.Equal(b)
+}
+
+// parseBundleData parses a KEP-4317 credential bundle strictly: one PKCS#8
+// PRIVATE KEY block first, then at least one CERTIFICATE, nothing else.
+func parseBundleData(data []byte) (*parsedBundle, error) {
+	b := &parsedBundle{}
+	rest := data
+	for i := 0; ; i++ {
+		var block *pem.Block
+		start := rest
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			if len(bytes.TrimSpace(rest)) > 0 {
+				return nil, fmt.Errorf("data after the last PEM block: %q", rest)
+			}
+			break
+		}
+		raw := start[:len(start)-len(rest)]
+		switch {
+		case i == 0 && block.Type == "PRIVATE KEY":
+			k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("parsing the bundle's key: %w", err)
+			}
+			signer, ok := k.(crypto.Signer)
+			if !ok {
+				return nil, fmt.Errorf("a %T key", k)
+			}
+			b.key, b.keyPEM = signer, raw
+		case i > 0 && block.Type == "CERTIFICATE":
+			c, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("parsing certificate %d: %w", i, err)
+			}
+			b.chain = append(b.chain, c)
+			b.chainPEM = append(b.chainPEM, raw...)
+		default:
+			return nil, fmt.Errorf("block %d is %s: want PRIVATE KEY first, then CERTIFICATE blocks", i, block.Type)
+		}
+	}
+	if b.key == nil || len(b.chain) == 0 {
+		return nil, fmt.Errorf("want a PRIVATE KEY and a chain, got %d certificates", len(b.chain))
+	}
+	return b, nil
+}
+
+// sameCredential reports whether a and b hold the same key and chain.
+func sameCredential(a, b *parsedBundle) bool {
+	return publicKeysEqual(a.key.Public(), b.key.Public()) &&
+		slices.EqualFunc(a.chain, b.chain, func(x, y *x509.Certificate) bool { return x.Equal(y) })
+}
+
+// waitFile waits until path parses as a bundle whose leaf is not prev
+// (nil: any) and returns it. A file that exists but does not parse, or
+// whose key is not its leaf's, fails the test at once: writes are atomic.
+func waitFile(t *testing.T, ctx context.Context, what string, path func() string, prev *x509.Certificate) *parsedBundle {
+	t.Helper()
+	var got *parsedBundle
+	var bad error
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		p := path()
+		if p == "" {
+			return false, nil
+		}
+		data, err := os.ReadFile(p)
+		if os.IsNotExist(err) {
+			return false, nil
+		}
+		if err != nil {
+			bad = err
+			return false, err
+		}
+		b, err := parseBundleData(data)
+		if err != nil {
+			bad = fmt.Errorf("%s: %w", p, err)
+			return false, bad
+		}
+		if !b.matches() {
+			bad = fmt.Errorf("%s: the key does not match the leaf", p)
+			return false, bad
+		}
+		got = b
+		return prev == nil || !prev.Equal(b.leaf()), nil
+	})
+	if err != nil {
+		if bad != nil {
+			t.Fatalf("%s: %v", what, bad)
+		}
+		t.Fatalf("%s never appeared (%v)", what, err)
+	}
+	return got
+}
+
+// waitBundle waits for the output bundle in dir with a leaf other than
+// prev.
+func waitBundle(t *testing.T, ctx context.Context, dir string, prev *x509.Certificate) *parsedBundle {
+	t.Helper()
+	what := "the credential bundle in " + dir
+	if prev != nil {
+		what = "a renewed " + what
+	}
+	return waitFile(t, ctx, what, func() string { return filepath.Join(dir, bundleFile) }, prev)
+}
+
+// waitStoredPair waits for the pair store's <name>-current.pem (anywhere
+// under stateDir) with a leaf other than prev.
+func waitStoredPair(t *testing.T, ctx context.Context, stateDir, name string, prev *x509.Certificate) *parsedBundle {
+	t.Helper()
+	return waitFile(t, ctx, name+"-current.pem under "+stateDir, func() string { return findFile(stateDir, name+"-current.pem") }, prev)
+}
+
+// findFile returns the first path under dir whose base name is name, or "".
+func findFile(dir, name string) string {
+	var found string
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == name && found == "" {
+			found = path
+		}
+		return nil
+	})
+	return found
+}
+
+// checkAtomicLayout checks kubelet's atomic-writer layout in dir: ..data is
+// a symlink to a ..<timestamp> directory beside it, and each name is a
+// symlink to ..data/<name>.
+func checkAtomicLayout(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	target, err := os.Readlink(filepath.Join(dir, "..data"))
+	if err != nil {
+		t.Fatalf("%s/..data: %v", dir, err)
+	}
+	if !strings.HasPrefix(target, "..") || strings.ContainsRune(target, '/') {
+		t.Errorf("..data -> %q, want a ..<timestamp> directory beside it", target)
+	}
+	if st, err := os.Lstat(filepath.Join(dir, target)); err != nil || !st.IsDir() {
+		t.Errorf("..data's target %s is not a directory (%v)", target, err)
+	}
+	for _, name := range names {
+		got, err := os.Readlink(filepath.Join(dir, name))
+		if err != nil || got != filepath.Join("..data", name) {
+			t.Errorf("%s -> %q (%v), want a symlink to ..data/%s", name, got, err, name)
+		}
+	}
+}
+
+// waitLinked waits until every name in dir resolves.
+func waitLinked(t *testing.T, ctx context.Context, dir string, names ...string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%v in %s never all resolved: %v", names, dir, err)
+	}
+}
+
+// fileMode is the permission bits of the file path resolves to.
+func fileMode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode().Perm()
+}
+
+// checkPairStore checks the certstore layout for name under stateDir:
+// <name>-current.pem is a symlink to <name>-<timestamp>.pem in the same
+// directory (0700), the pair file is 0600 and a bundle; it returns the
+// pair.
+func checkPairStore(t *testing.T, stateDir, name string) *parsedBundle {
+	t.Helper()
+	current := findFile(stateDir, name+"-current.pem")
+	if current == "" {
+		t.Fatalf("no %s-current.pem under %s", name, stateDir)
+	}
+	target, err := os.Readlink(current)
+	if err != nil {
+		t.Fatalf("%s is not a symlink: %v", current, err)
+	}
+	if !regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `-\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d.*\.pem$`).MatchString(target) {
+		t.Errorf("%s -> %q, want %s-<2006-01-02-15-04-05>.pem in the same directory", current, target, name)
+	}
+	if m := fileMode(t, current); m != 0o600 {
+		t.Errorf("%s mode %v, want 0600", target, m)
+	}
+	if m := fileMode(t, filepath.Dir(current)); m != 0o700 {
+		t.Errorf("pair store directory %s mode %v, want 0700", filepath.Dir(current), m)
+	}
+	data, err := os.ReadFile(current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseBundleData(data)
+	if err != nil {
+		t.Fatalf("%s: %v", target, err)
+	}
+	return b
+}
+
+// parseCSRRequest parses a CSR's spec.request.
+func parseCSRRequest(t *testing.T, c certv1.CertificateSigningRequest) *x509.CertificateRequest {
+	t.Helper()
+	block, _ := pem.Decode(c.Spec.Request)
+	if block == nil {
+		t.Fatalf("CSR %s: spec.request is not PEM", c.Name)
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		t.Fatalf("CSR %s: %v", c.Name, err)
+	}
+	return req
 }
