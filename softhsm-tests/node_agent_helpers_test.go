@@ -406,6 +406,22 @@ func trustClientRoot(t *testing.T, root *x509.Certificate) {
 
 // ---- Metrics ----
 
+// eventually polls cond until it holds (10 s at most: it covers the moment
+// between a file write and the metric or status update that follows it,
+// not a timing claim) and otherwise fails with cond's last description.
+func eventually(t *testing.T, ctx context.Context, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var ok bool
+		ok, last = cond()
+		return ok, nil
+	})
+	if err != nil {
+		t.Error(last)
+	}
+}
+
 // metricValue scrapes http://addr/metrics and sums the samples of name
 // whose labels include every label="value" in labels (0 if none).
 func metricValue(t *testing.T, addr, name string, labels ...string) float64 {

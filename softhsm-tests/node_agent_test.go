@@ -111,13 +111,16 @@ func TestNodeAgentGetsNodeDaemonCertificate(t *testing.T) {
 	}
 
 	// Status, metrics and health say so.
-	st := a.status(t, daemonCredential)
-	if !st.NotAfter.Equal(leaf.NotAfter) || st.Errors != 0 {
-		t.Errorf("status %+v, want NotAfter %s and no errors", st, leaf.NotAfter)
-	}
-	if v := metricValue(t, a.metrics, "keyward_node_credential_expiration_seconds", `credential="`+daemonCredential+`"`); int64(v) != leaf.NotAfter.Unix() {
-		t.Errorf("keyward_node_credential_expiration_seconds = %v, want %d", v, leaf.NotAfter.Unix())
-	}
+	// (Both are updated around the write, so the test polls briefly.)
+	eventually(t, ctx, func() (bool, string) {
+		st := a.status(t, daemonCredential)
+		return st.NotAfter.Equal(leaf.NotAfter) && st.Errors == 0 && st.Renewals == 1,
+			fmt.Sprintf("status %+v, want NotAfter %s, one renewal, no errors", st, leaf.NotAfter)
+	})
+	eventually(t, ctx, func() (bool, string) {
+		v := metricValue(t, a.metrics, "keyward_node_credential_expiration_seconds", `credential="`+daemonCredential+`"`)
+		return int64(v) == leaf.NotAfter.Unix(), fmt.Sprintf("keyward_node_credential_expiration_seconds = %v, want %d", v, leaf.NotAfter.Unix())
+	})
 	if code, body := httpGet(t, "http://"+a.health+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
@@ -285,9 +288,10 @@ func TestNodeAgentKeepsFilesWhileTheAPIServerIsDown(t *testing.T) {
 	if csrs := csrsOf(t, ctx, k.DaemonSigner, "system:node:"+node); len(csrs) != 2 {
 		t.Errorf("%d CSRs after one renewal, want 2: %v", len(csrs), csrNames(csrs))
 	}
-	if st := a.status(t, daemonCredential); !st.NotAfter.Equal(renewed.leaf().NotAfter) {
-		t.Errorf("status after recovery %+v, want NotAfter %s", st, renewed.leaf().NotAfter)
-	}
+	eventually(t, ctx, func() (bool, string) {
+		st := a.status(t, daemonCredential)
+		return st.NotAfter.Equal(renewed.leaf().NotAfter), fmt.Sprintf("status after recovery %+v, want NotAfter %s", st, renewed.leaf().NotAfter)
+	})
 }
 
 // Readers hammer the output while the agent rotates 50 times: the bundle
@@ -381,12 +385,15 @@ func TestNodeAgentTrustFollowsTheNodeLabel(t *testing.T) {
 			t.Errorf("node labelled %s: the trust file followed only after %s", step.label, took)
 		}
 	}
-	if v := metricValue(t, a.metrics, "keyward_node_trust_bundle_certificates", `trust="daemons"`); v != 1 {
-		t.Errorf("keyward_node_trust_bundle_certificates = %v, want 1 (live)", v)
-	}
-	if v := metricValue(t, a.metrics, "keyward_node_trust_bundle_writes_total", `trust="daemons"`); v < 3 {
-		t.Errorf("keyward_node_trust_bundle_writes_total = %v, want at least 3", v)
-	}
+	// (The metrics follow the write: poll briefly.)
+	eventually(t, ctx, func() (bool, string) {
+		v := metricValue(t, a.metrics, "keyward_node_trust_bundle_certificates", `trust="daemons"`)
+		return v == 1, fmt.Sprintf("keyward_node_trust_bundle_certificates = %v, want 1 (live)", v)
+	})
+	eventually(t, ctx, func() (bool, string) {
+		v := metricValue(t, a.metrics, "keyward_node_trust_bundle_writes_total", `trust="daemons"`)
+		return v >= 3, fmt.Sprintf("keyward_node_trust_bundle_writes_total = %v, want at least 3", v)
+	})
 
 	// The live bundle goes: the selection is empty, the last good file
 	// stays (checked after a change the agent must have seen: the canary
