@@ -65,6 +65,13 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode, overwrite bool)
 	if err != nil {
 		return fmt.Errorf("placing %s: %w", path, err)
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs the directory dir, so that entries just created, renamed
+// or removed in it survive a crash. A file system that cannot sync a
+// directory (os.ErrInvalid) is no error.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("opening %s to sync: %w", dir, err)

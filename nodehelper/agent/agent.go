@@ -83,9 +83,27 @@ func defaultDeps() deps {
 		restConfig: func(kubeconfig string) (*rest.Config, error) {
 			return kubeclient.Config(kubeconfig, 5, 10)
 		},
-		newClient: func(c *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(c) },
+		newClient: func(c *rest.Config) (kubernetes.Interface, error) {
+			hc, err := rest.HTTPClientFor(c)
+			if err != nil {
+				return nil, err
+			}
+			cs, err := kubernetes.NewForConfigAndClient(c, hc)
+			if err != nil {
+				return nil, err
+			}
+			return &httpClientset{Clientset: cs, http: hc}, nil
+		},
 	}
 }
+
+// httpClientset is a clientset that can close its idle connections.
+type httpClientset struct {
+	*kubernetes.Clientset
+	http *http.Client
+}
+
+func (c *httpClientset) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // Agent keeps the configured credentials and trust files current. Build
 // it with New, run it with Run.
@@ -127,8 +145,8 @@ type credential struct {
 	identityFor    []byte // the leaf the client source was last given
 }
 
-// New checks opts and builds an Agent; it starts nothing and does no I/O
-// besides what certstore.New does.
+// New defaults unset fields of opts.Config (Default), validates it and
+// builds an Agent; it starts nothing and does no I/O.
 func New(opts Options) (*Agent, error) {
 	return newAgent(opts, defaultDeps())
 }
@@ -137,6 +155,7 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 	if opts.Config == nil {
 		return nil, fmt.Errorf("%w: a configuration is required", ErrInvalidOptions)
 	}
+	opts.Config.Default()
 	if err := opts.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
@@ -293,8 +312,9 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // RenewNow makes the credential (IdentityName for the bootstrap identity)
-// renew at once, not at its scheduled time; a renewal under way finishes
-// first. It does not wait for the renewal.
+// renew at once, not at its scheduled time, and cuts a backoff wait short.
+// A renewal already under way finishes first, then another starts; a
+// renewal that starts after the call answers it. It does not wait.
 func (a *Agent) RenewNow(credential string) error {
 	c, ok := a.byName[credential]
 	if !ok {

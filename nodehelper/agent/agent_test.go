@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
@@ -28,9 +29,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -141,7 +144,8 @@ type harness struct {
 	metrics string
 	cancel  func()
 	done    chan error
-	clients []*rest.Config // every config a client was built from
+	clients []*rest.Config   // every config a client was built from
+	objects []runtime.Object // what the fake clients hold
 	mu      sync.Mutex
 }
 
@@ -179,7 +183,7 @@ func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.clients = append(h.clients, c)
-			return fake.NewClientset(), nil
+			return fake.NewClientset(h.objects...), nil
 		},
 	})
 	if err != nil {
@@ -189,8 +193,10 @@ func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 	return h
 }
 
-func (h *harness) run() {
-	ctx, cancel := context.WithCancel(context.Background())
+func (h *harness) run() { h.runWith(context.Background()) }
+
+func (h *harness) runWith(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
 	h.cancel, h.done = cancel, make(chan error, 1)
 	go func() { h.done <- h.agent.Run(ctx) }()
 	h.t.Cleanup(h.stop)
@@ -373,8 +379,12 @@ func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
 	cfg := testConfig(tmp)
 	cfg.Kubeconfig = ""
 	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
 	cfg.Default()
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
 	h := newHarness(t, cfg, nil)
+	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}}
 	h.run()
 	h.eventually("both certificates are issued", 0, func() bool {
 		return h.status(IdentityName).Renewals == 1 && h.status("daemon").Renewals == 1
@@ -401,6 +411,44 @@ func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
 	h.mu.Unlock()
 	if !bytes.Equal(last.CertData, pair.ChainPEM) || !bytes.Equal(last.KeyData, pair.KeyPEM) || last.Host != "https://127.0.0.1:1" {
 		t.Errorf("identity client config: host %s, cert is the pair's %v", last.Host, bytes.Equal(last.CertData, pair.ChainPEM))
+	}
+	// The trust projection waited for the identity, then ran with it.
+	h.eventually("the trust file is written", 0, func() bool {
+		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
+	})
+	// Renewing the identity rebuilds the client.
+	h.mu.Lock()
+	built := len(h.clients)
+	h.mu.Unlock()
+	if err := h.agent.RenewNow(IdentityName); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the identity is renewed and a client built from it", 0, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.status(IdentityName).Renewals == 2 && len(h.clients) == built+1
+	})
+	if c, _ := h.agent.clients.current(); c == nil {
+		t.Error("no identity client after the renewal")
+	}
+
+	// The identity expires (the agent was asleep): it is requested with
+	// the bootstrap client again, and the credential then with the new identity.
+	h.clk.SetTime(h.status(IdentityName).NotAfter.Add(time.Minute))
+	h.eventually("the identity is renewed after expiry", time.Second, func() bool {
+		return h.status(IdentityName).Renewals == 3 && h.status("daemon").Renewals == 2
+	})
+	h.csrs.mu.Lock()
+	defer h.csrs.mu.Unlock()
+	var idClients []kubernetes.Interface
+	for i, name := range h.csrs.submits {
+		if h.csrs.requests[name].SignerName == certv1.KubeAPIServerClientKubeletSignerName {
+			idClients = append(idClients, h.csrs.clients[i])
+		}
+	}
+	if len(idClients) != 3 || idClients[1] == h.agent.clients.base || idClients[2] != h.agent.clients.base {
+		t.Errorf("identity requests: want bootstrap, identity, bootstrap (after expiry); bootstrap at %v",
+			[]bool{idClients[0] == h.agent.clients.base, idClients[1] == h.agent.clients.base, idClients[len(idClients)-1] == h.agent.clients.base})
 	}
 }
 
@@ -525,4 +573,65 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 		return d.Counter.GetValue()
 	}
 	return d.Gauge.GetValue()
+}
+
+// A trust entry projects its ClusterTrustBundle to the trust file, and
+// the trust metrics count the write and the certificates.
+func TestTrustEntriesAreProjectedWithMetrics(t *testing.T) {
+	// The fake clientset sends no watch-list bookmark; the projector's
+	// ListWatch hides that it is a fake, so turn streaming lists off.
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	h := newHarness(t, cfg, nil)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw})
+	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(caPEM)}}}
+	h.run()
+	h.eventually("the trust file is written", 0, func() bool {
+		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
+	})
+	files, err := atomicdir.Read(filepath.Join(tmp, "trust"), "ca-bundle.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(files["ca-bundle.pem"], caPEM) {
+		t.Errorf("trust file %q, want the bundle's certificate", files["ca-bundle.pem"])
+	}
+	if got := value(t, h.agent.metrics.trustCerts.WithLabelValues("registry")); got != 1 {
+		t.Errorf("trust_bundle_certificates = %v, want 1", got)
+	}
+	if got := value(t, h.agent.metrics.trustUpdated.WithLabelValues("registry")); got != float64(start.Unix()) {
+		t.Errorf("trust_bundle_last_update_seconds = %v, want the fake clock's %d", got, start.Unix())
+	}
+}
+
+// The same error, repeated, is logged once at default verbosity; a
+// different one is logged again.
+func TestARepeatedErrorIsLoggedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var failures []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Renewing the credential failed") {
+			mu.Lock()
+			failures = append(failures, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures)
+	}
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	h.csrs.failWait = []error{errAPIDown, errAPIDown, errAPIDown, errors.New("connection reset")}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("four tries failed", 100*time.Millisecond, func() bool { return h.status("daemon").Errors == 4 })
+	if n := count(); n != 2 {
+		t.Errorf("%d failures logged at default verbosity, want 2 (one per distinct error): %q", n, failures)
+	}
+	if !strings.Contains(failures[0], `"error"`) || !strings.Contains(failures[0], "keyward-node-daemon-") || !strings.Contains(failures[0], `"reason"="API"`) {
+		t.Errorf("the log line lacks the error, the CSR name or the reason: %s", failures[0])
+	}
 }

@@ -29,7 +29,13 @@ type clientSource struct {
 	identity kubernetes.Interface // nil until an identity pair is known
 	notAfter time.Time            // the identity leaf's
 	changed  chan struct{}        // closed (and replaced) when identity changes
+	retired  []kubernetes.Interface
 }
+
+// idleCloser is a client whose idle connections can be closed; a replaced
+// identity's client is, so that connections authenticated with an old
+// certificate do not linger.
+type idleCloser interface{ CloseIdleConnections() }
 
 func newClientSource(clk clock.Clock, baseCfg *rest.Config, bootstrap bool, newClient func(*rest.Config) (kubernetes.Interface, error)) (*clientSource, error) {
 	base, err := newClient(baseCfg)
@@ -50,6 +56,18 @@ func (s *clientSource) setIdentity(pair *certstore.Pair) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Clients replaced earlier have had a rotation's time to finish their
+	// requests (trust projections restart on the change below); the one
+	// replaced now may still carry watches, so it waits for the next.
+	for _, old := range s.retired {
+		if closer, ok := old.(idleCloser); ok {
+			closer.CloseIdleConnections()
+		}
+	}
+	s.retired = s.retired[:0]
+	if s.identity != nil {
+		s.retired = append(s.retired, s.identity)
+	}
 	s.identity, s.notAfter = c, pair.Chain[0].NotAfter
 	close(s.changed)
 	s.changed = make(chan struct{})

@@ -47,6 +47,7 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 		if err == nil {
 			bo.reset()
 			due = false
+			c.problem = ""
 			continue
 		}
 		due = renewing
@@ -65,14 +66,16 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 	logger := klog.FromContext(ctx)
 	pair, err := c.store.Current()
 	if err != nil {
-		// A current file that cannot be read is kept (certstore never
-		// deletes it); a new pair replaces it.
+		// A current pair that cannot be read is not deleted: a new pair's
+		// commit replaces the link.
 		a.metrics.renewErrors.WithLabelValues(c.name, ReasonStore).Inc()
 		if msg := err.Error(); msg != c.currentProblem {
 			c.currentProblem = msg
 			logger.Error(err, "Reading the current pair failed; keeping it and requesting a new one")
 		}
 		pair = nil
+	} else {
+		c.currentProblem = ""
 	}
 	now := a.clock.Now()
 	if pair != nil {
@@ -115,6 +118,11 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 			}
 		}
 	}
+	// A RenewNow made before this renewal starts is answered by it.
+	select {
+	case <-c.kick:
+	default:
+	}
 	return true, a.renew(ctx, c)
 }
 
@@ -142,7 +150,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 		}
 		if errors.Is(err, csrclient.ErrConflict) {
 			// Another request holds this key's name: start over with a new key.
-			return failed(ReasonConflict, errors.Join(err, discard(c)))
+			return failed(ReasonConflict, errors.Join(fmt.Errorf("submitting the CSR: %w", err), a.discard(c)))
 		}
 		return failed(ReasonAPI, fmt.Errorf("submitting the CSR: %w", err))
 	}
@@ -174,7 +182,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 			if decision.Type == certv1.CertificateFailed {
 				reason = ReasonFailed
 			}
-			return failed(reason, errors.Join(err, discard(c)))
+			return failed(reason, errors.Join(err, a.discard(c)))
 		case errors.Is(err, csrclient.ErrDeleted):
 			// The same key asks again under the same name.
 			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
@@ -187,7 +195,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	if err != nil {
 		if errors.Is(err, certstore.ErrMismatch) || errors.Is(err, certstore.ErrExpired) {
 			// The issued chain can never be used: a new key and CSR next time.
-			return failed(ReasonIssued, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), discard(c)))
+			return failed(ReasonInvalid, errors.Join(fmt.Errorf("CSR %s: %w", csr.Name, err), a.discard(c)))
 		}
 		return failed(ReasonStore, fmt.Errorf("storing the certificate of CSR %s: %w", csr.Name, err))
 	}
@@ -211,8 +219,12 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	return nil
 }
 
-// discard drops the pending key so that the next try makes a new one.
-func discard(c *credential) error {
+// discard drops the pending key so that the next try makes a new one
+// (and a new CSR).
+func (a *Agent) discard(c *credential) error {
+	a.mu.Lock()
+	c.status.Pending = ""
+	a.mu.Unlock()
 	if err := c.store.DiscardPending(); err != nil {
 		return fmt.Errorf("discarding the pending key: %w", err)
 	}

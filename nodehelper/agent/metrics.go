@@ -13,7 +13,7 @@ const (
 	ReasonTimeout  = "Timeout"  // not issued within renewal.waitTimeout
 	ReasonConflict = "Conflict" // a CSR of that name with other content exists
 	ReasonAPI      = "API"      // creating or reading the CSR failed
-	ReasonIssued   = "Invalid"  // the issued chain is unusable (key mismatch, expired)
+	ReasonInvalid  = "Invalid"  // the issued chain is unusable (key mismatch, expired)
 	ReasonStore    = "Store"    // reading or writing the state directory failed
 	ReasonOutput   = "Output"   // writing the output files failed
 )

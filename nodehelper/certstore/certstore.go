@@ -44,6 +44,9 @@ const DefaultKeep = 5
 // it sorts in time order.
 const timeFormat = "2006-01-02-15-04-05"
 
+// Commit's refusals. Either means the request for that key is spent: a
+// caller discards the pending key (DiscardPending) and asks again with a
+// new one; resubmitting the same key finds the same request and chain.
 var (
 	// ErrMismatch: a chain to commit is no certificate chain for the key
 	// (it does not parse, is empty, or its leaf holds another key).
@@ -205,7 +208,8 @@ func encodeChain(chain []*x509.Certificate) []byte {
 // resumed, or a new key of keyType, written and fsynced before it is
 // returned. A pending key that is not of keyType, or that is the current
 // pair's key (a crash after Commit swapped the pair but before it removed
-// the pending file), is replaced by a new one.
+// the pending file), is replaced by a new one. A pending file that does not
+// hold a key is an error naming it, not replaced (DiscardPending clears it).
 func (s *Store) Pending(keyType string) (key crypto.Signer, resumed bool, err error) {
 	path := s.pendingPath()
 	data, err := os.ReadFile(path)
@@ -290,7 +294,7 @@ func (s *Store) DiscardPending() error {
 		}
 		return fmt.Errorf("removing the pending key: %w", err)
 	}
-	return syncDir(s.dir)
+	return nodehelper.SyncDir(s.dir)
 }
 
 // Commit stores key with chainPEM (PEM, leaf first) as the current pair:
@@ -366,7 +370,7 @@ func (s *Store) swapCurrent(target string) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("swapping the current pair link %s: %w", cur, err)
 	}
-	return syncDir(s.dir)
+	return nodehelper.SyncDir(s.dir)
 }
 
 func (s *Store) removePendingIf(key crypto.Signer) error {
@@ -401,7 +405,7 @@ func (s *Store) prune() error {
 		switch {
 		case s.isPairFile(n):
 			pairs = append(pairs, n)
-		case strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp-") && s.isOwnFile(strings.TrimPrefix(n[:strings.Index(n, ".tmp-")], ".")):
+		case s.isTempFile(n):
 			stale = append(stale, n)
 		}
 	}
@@ -421,7 +425,7 @@ func (s *Store) prune() error {
 			return fmt.Errorf("pruning: %w", err)
 		}
 	}
-	return syncDir(s.dir)
+	return nodehelper.SyncDir(s.dir)
 }
 
 // isPairFile says n is <name>-<timestamp>.pem.
@@ -438,6 +442,17 @@ func (s *Store) isPairFile(n string) bool {
 	return err == nil
 }
 
+// isTempFile says n is a temporary file that WriteFileAtomic or
+// swapCurrent left for one of the store's files: .<file>.tmp-<random>.
+func (s *Store) isTempFile(n string) bool {
+	rest, ok := strings.CutPrefix(n, ".")
+	if !ok {
+		return false
+	}
+	file, _, ok := strings.Cut(rest, ".tmp-")
+	return ok && s.isOwnFile(file)
+}
+
 func (s *Store) isOwnFile(n string) bool {
 	return n == s.name+"-current.pem" || n == s.name+"-pending.key" || s.isPairFile(n)
 }
@@ -451,17 +466,5 @@ func (s *Store) ensureDir() error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("making the certificate store directory: %w", err)
 	}
-	return syncDir(filepath.Dir(s.dir))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s to sync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return nodehelper.SyncDir(filepath.Dir(s.dir))
 }

@@ -337,6 +337,18 @@ func TestCommitPrunesOldPairsButNeverTheCurrentOne(t *testing.T) {
 			t.Fatalf("files %v", got)
 		}
 	})
+	t.Run("temporary files a crashed write left are removed", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, n := range []string{".daemon-2026-11-23-16-30-05.pem.tmp-123", ".daemon-pending.key.tmp-9", ".daemon-current.pem.tmp-ab"} {
+			if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		commitNew(t, newStore(t, dir), ca, t0)
+		if got := files(t, dir); !slices.Equal(got, []string{"daemon-2026-11-23-16-30-05.pem", "daemon-current.pem"}) {
+			t.Fatalf("files %v", got)
+		}
+	})
 	t.Run("other stores' files and temporary files in the directory are left alone", func(t *testing.T) {
 		dir := t.TempDir()
 		foreign := []string{"daemon-b-2026-01-01-00-00-00.pem", ".daemon-b-current.pem.tmp-1", "daemon-notes.txt", "other-2020-01-01-00-00-00.pem"}
