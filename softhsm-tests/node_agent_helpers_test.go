@@ -312,7 +312,18 @@ type nodeKeyward struct {
 	Node string
 
 	approverSigners string
+	signerConfig    *config.SignerConfiguration
+	signer          *runningSigner
 }
+
+// startSigner runs keyward's signer for both names (again).
+func (k *nodeKeyward) startSigner(t *testing.T) {
+	t.Helper()
+	k.signer = runSigner(t, k.signerConfig, uniqueName(t, "node-signer"))
+}
+
+// stopSigner stops the signer: approved CSRs wait for a certificate.
+func (k *nodeKeyward) stopSigner() { k.signer.Stop() }
 
 // daemonDomain is what a node's daemon certificates are named under:
 // CommonName and DNS names <daemon>.<node>.
@@ -346,7 +357,8 @@ func startNodeKeyward(t *testing.T, ctx context.Context, node string) *nodeKeywa
 		TrustDistribution: "ClusterTrustBundle " + strings.ReplaceAll(k.DaemonSigner, "/", ":") + ":live",
 		CommonNames:       []string{pattern}, DNSNames: []string{pattern}, KeyUsages: usages,
 	}}
-	runSigner(t, baseConfig(t, daemons, config.Signer{Name: kubeletClient, Profile: config.ProfileKubeAPIServerClientKubelet}), uniqueName(t, "node-signer"))
+	k.signerConfig = baseConfig(t, daemons, config.Signer{Name: kubeletClient, Profile: config.ProfileKubeAPIServerClientKubelet})
+	k.startSigner(t)
 	k.approverSigners = fmt.Sprintf(`- {name: %s, profile: %s}
 - name: %s
   profile: csr

@@ -236,7 +236,8 @@ func TestNodeAgentResumesItsPendingRequestAfterARestart(t *testing.T) {
 // connections cut) during a renewal: the files stay byte for byte, the
 // renew-errors metric rises, health stays good (the certificate is still
 // valid), and once the apiserver is back the renewal completes with one
-// more CSR.
+// more CSR, for the key persisted before the outage. Cut while the agent
+// waits for issuance, it takes the certificate of the same CSR afterwards.
 func TestNodeAgentKeepsFilesWhileTheAPIServerIsDown(t *testing.T) {
 	ctx := testContext(t)
 	node := uniqueName(t, "node")
@@ -292,6 +293,44 @@ func TestNodeAgentKeepsFilesWhileTheAPIServerIsDown(t *testing.T) {
 		st := a.status(t, daemonCredential)
 		return st.NotAfter.Equal(renewed.leaf().NotAfter), fmt.Sprintf("status after recovery %+v, want NotAfter %s", st, renewed.leaf().NotAfter)
 	})
+
+	// Now the apiserver goes away while the agent waits for issuance (its
+	// CSR created and approved, keyward's signer held back): its watch is
+	// cut, the files stay, and once the apiserver is back and keyward
+	// signs, it takes the certificate of that same CSR.
+	k.stopSigner()
+	before = snapshotFiles(t, out, state)
+	if err := a.agent.RenewNow(daemonCredential); err != nil {
+		t.Fatalf("RenewNow: %v", err)
+	}
+	var pending string
+	eventually(t, ctx, func() (bool, string) {
+		pending = a.status(t, daemonCredential).Pending
+		return pending != "", fmt.Sprintf("the agent waits on no CSR: %+v", a.status(t, daemonCredential))
+	})
+	if c := waitDecided(t, ctx, pending); c.Type != certv1.CertificateApproved {
+		t.Fatalf("CSR %s: %s %s", pending, c.Type, c.Message)
+	}
+	proxy.Stop()
+	time.Sleep(time.Second) // not a timing assertion: the agent meets a dead apiserver for a while
+	after = snapshotFiles(t, out, state)
+	delete(after, pendingPath)
+	if !maps.Equal(before, after) {
+		t.Errorf("files changed while the apiserver was unreachable during the wait:\nbefore %v\nafter  %v", keysOf(before), keysOf(after))
+	}
+	proxy.Start()
+	k.startSigner(t)
+	third := waitBundle(t, ctx, out, renewed.leaf())
+	// (creationTimestamp has whole seconds: find it by name.)
+	csrs := csrsOf(t, ctx, k.DaemonSigner, "system:node:"+node)
+	i := slices.IndexFunc(csrs, func(c certv1.CertificateSigningRequest) bool { return c.Name == pending })
+	if len(csrs) != 3 || i < 0 {
+		t.Fatalf("CSRs %v, want 3 with %s among them (no new request after the outage)", csrNames(csrs), pending)
+	}
+	if !csrFor(t, csrs[i], third) {
+		t.Errorf("the written key is not the key of %s", pending)
+	}
+	verifyChain(t, third.chain, k.DaemonRoot, x509.ExtKeyUsageClientAuth)
 }
 
 // Readers hammer the output while the agent rotates 50 times: the bundle
