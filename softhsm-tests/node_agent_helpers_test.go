@@ -325,7 +325,7 @@ func (k *nodeKeyward) startSigner(t *testing.T) {
 // stopSigner stops the signer: approved CSRs wait for a certificate.
 func (k *nodeKeyward) stopSigner() { k.signer.Stop() }
 
-// daemonDomain is what a node's daemon certificates are named under:
+// daemonName is what a node's daemon certificates are named under:
 // CommonName and DNS names <daemon>.<node>.
 func (k *nodeKeyward) daemonName(daemon string) string { return daemon + "." + k.Node }
 
