@@ -437,8 +437,12 @@ func (a *Agent) serveHTTP(ctx context.Context) (metricsAddr, healthAddr string, 
 func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 	logger := klog.FromContext(ctx).WithValues("trust", name)
 	ctx = klog.NewContext(ctx, logger)
-	var synced chan struct{} // closed by the first pass of the current run
-	var once *sync.Once
+	synced, once := make(chan struct{}), sync.Once{} // closed by the first pass
+	rctx, stopReport := context.WithCancel(ctx)
+	var report sync.WaitGroup
+	defer report.Wait()
+	defer stopReport()
+	report.Go(func() { a.reportUnsynced(rctx, synced) })
 	opts.Synced = func(o trust.Outcome) {
 		once.Do(func() { close(synced) })
 		if o.Written {
@@ -468,21 +472,16 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 			return
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		synced, once = make(chan struct{}), &sync.Once{}
-		var wg sync.WaitGroup
-		wg.Go(func() { a.reportUnsynced(pctx, client, synced) })
 		done := make(chan error, 1)
 		go func() { done <- p.Run(pctx) }()
 		select {
 		case <-changed: // nil without bootstrap: never
 			cancel()
-			wg.Wait()
 			<-done
 			logger.V(2).Info("Restarting the trust projection with the new node identity")
 			continue
 		case err = <-done:
 			cancel()
-			wg.Wait()
 		}
 		if err == nil { // ctx ended
 			return
@@ -500,10 +499,11 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 // (client-go's informers retry a failing list silently).
 const trustSyncReport = time.Minute
 
-// reportUnsynced says once, trustSyncReport after the projection started
-// without a first pass (synced), why it cannot list ClusterTrustBundles
-// (the apiserver's refusal or no answer).
-func (a *Agent) reportUnsynced(ctx context.Context, client kubernetes.Interface, synced <-chan struct{}) {
+// reportUnsynced says once, trustSyncReport after the trust projection
+// started without a first pass (synced), why it cannot list
+// ClusterTrustBundles (the apiserver's refusal or no answer). Without a
+// client yet (bootstrap) the identity's own errors say it.
+func (a *Agent) reportUnsynced(ctx context.Context, synced <-chan struct{}) {
 	t := a.clock.NewTimer(trustSyncReport)
 	defer t.Stop()
 	select {
@@ -512,6 +512,10 @@ func (a *Agent) reportUnsynced(ctx context.Context, client kubernetes.Interface,
 	case <-synced:
 		return
 	case <-t.C():
+	}
+	client, _ := a.clients.current()
+	if client == nil {
+		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, a.deps.submitTimeout)
 	defer cancel()
