@@ -160,7 +160,6 @@ type credential struct {
 	problem        string // the error last logged at default verbosity
 	currentProblem string // the same for reading the current pair
 	identityFor    []byte // the leaf the client source was last given
-	waitingFor     string // the CSR "Waiting for the certificate" was logged for
 }
 
 // New defaults unset fields of opts.Config (Default), validates it and

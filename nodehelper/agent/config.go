@@ -339,11 +339,6 @@ func (c *Configuration) Validate() error {
 		}
 		dirs[clean] = p.String()
 	}
-	// The state holds keys (0700, pending keys, older pairs): no output
-	// or trust file goes there.
-	if c.StateDir != "" {
-		takeDir(c.StateDir, field.NewPath("stateDir"))
-	}
 	names := map[string]bool{}
 	for i, cr := range c.Credentials {
 		p := field.NewPath("credentials").Index(i)

@@ -13,10 +13,6 @@ import (
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -177,12 +173,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	a.mu.Lock()
 	c.status.Pending = csr.Name
 	a.mu.Unlock()
-	waitLog := logger
-	if csr.Name == c.waitingFor {
-		waitLog = logger.V(2) // said at default verbosity when this CSR was first waited for
-	}
-	c.waitingFor = csr.Name
-	waitLog.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
+	logger.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
 
 	waitCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -212,8 +203,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 			// The same key asks again under the same name.
 			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
 		case errors.Is(context.Cause(waitCtx), errWaitTimeout):
-			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s (%s); it is looked up again at the next try",
-				csr.Name, a.cfg.Renewal.WaitTimeout.Duration, a.pendingState(ctx, client, csr.Name, c.request.SignerName)))
+			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s; it is looked up again at the next try", csr.Name, a.cfg.Renewal.WaitTimeout.Duration))
 		}
 		return failed(ReasonAPI, fmt.Errorf("waiting for CSR %s: %w", csr.Name, err))
 	}
@@ -249,33 +239,6 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	logger.Info("Certificate issued", kv...)
 	return nil
-}
-
-// pendingState says why the CSR name has no certificate yet, for the
-// message of a wait that timed out: not approved, or approved and not
-// signed (no signer serves signerName).
-func (a *Agent) pendingState(ctx context.Context, client kubernetes.Interface, name, signerName string) string {
-	ctx, cancel := context.WithTimeout(ctx, a.deps.submitTimeout)
-	defer cancel()
-	// A list, as the wait does: an identity that may not list CSRs waits
-	// in silence (client-go's informer retries quietly), and this says so.
-	list, err := client.CertificatesV1().CertificateSigningRequests().List(ctx,
-		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		return fmt.Sprintf("listing it, as the wait does: %v", err)
-	}
-	for _, got := range list.Items {
-		if got.Name != name {
-			continue
-		}
-		for _, cond := range got.Status.Conditions {
-			if cond.Type == certv1.CertificateApproved && cond.Status == corev1.ConditionTrue {
-				return fmt.Sprintf("approved, but no signer has issued it: does a signer serve %s?", signerName)
-			}
-		}
-		return fmt.Sprintf("not approved: does an approver (keyward approver) approve %s for this node?", signerName)
-	}
-	return "it no longer exists"
 }
 
 // discard drops the pending key so that the next try makes a new one

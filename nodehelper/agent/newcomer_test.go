@@ -18,12 +18,8 @@ import (
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -132,62 +128,6 @@ func TestASubmissionThatIsNeverAnsweredEndsAndIsRetried(t *testing.T) {
 	}
 }
 
-// A CSR still pending when renewal.waitTimeout ends is described: not
-// approved (no approver for the signer name), approved and not signed (no
-// signer serves it), or not listable by this identity (the wait lists it).
-func TestAWaitThatTimesOutSaysWhatTheCSRLacks(t *testing.T) {
-	approved := certv1.CertificateSigningRequestCondition{Type: certv1.CertificateApproved, Status: corev1.ConditionTrue}
-	forbidden := apierrors.NewForbidden(certv1.Resource("certificatesigningrequests"), "", errors.New("no list grant"))
-	cases := []struct {
-		name   string
-		csr    *certv1.CertificateSigningRequest
-		listed error
-		want   string
-	}{
-		{name: "an unapproved CSR asks for an approver", csr: &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"}},
-			want: "not approved: does an approver (keyward approver) approve keyward.dev/x for this node?"},
-		{name: "an approved CSR asks for a signer", csr: &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "c"},
-			Status: certv1.CertificateSigningRequestStatus{Conditions: []certv1.CertificateSigningRequestCondition{approved}}},
-			want: "approved, but no signer has issued it: does a signer serve keyward.dev/x?"},
-		{name: "an identity that may not list CSRs is told so", listed: forbidden,
-			want: "listing it, as the wait does: " + forbidden.Error()},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, testConfig(t.TempDir()), nil)
-			var objects []runtime.Object
-			if tc.csr != nil {
-				objects = append(objects, tc.csr)
-			}
-			client := fake.NewClientset(objects...)
-			if tc.listed != nil {
-				client.PrependReactor("list", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, tc.listed
-				})
-			}
-			if got := h.agent.pendingState(context.Background(), client, "c", "keyward.dev/x"); got != tc.want {
-				t.Errorf("pendingState = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-// Each retry of a wait for the same CSR says "Waiting for the certificate"
-// at default verbosity only the first time.
-func TestWaitingForTheSameCSRIsLoggedOnce(t *testing.T) {
-	logger, said := capturedLogs("Waiting for the certificate")
-	h := newHarness(t, testConfig(t.TempDir()), nil)
-	h.csrs.failWait = []error{errAPIDown, errAPIDown}
-	h.runWith(klog.NewContext(context.Background(), logger))
-	h.eventually("issued after two failed waits", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
-	if s := h.csrs.submitted(); len(s) != 3 || s[0] != s[2] {
-		t.Fatalf("submitted %q, want the same CSR three times", s)
-	}
-	if waits := said(); len(waits) != 1 {
-		t.Errorf("%d waits logged at default verbosity, want 1: %q", len(waits), waits)
-	}
-}
-
 // A certificate that is not valid yet by the node's clock (the clock is
 // behind the signer's) is kept and written, and the agent says once that
 // the node's clock may be behind.
@@ -254,42 +194,6 @@ func TestTheStartLineNamesTheKubeconfig(t *testing.T) {
 	lines := said()
 	if !strings.Contains(lines[0], "Node agent started") || !strings.Contains(lines[0], `"kubeconfig"="/etc/kubernetes/kubelet.conf"`) {
 		t.Errorf("start line %q does not name the kubeconfig", lines[0])
-	}
-}
-
-// An output or trust directory that is the state directory (which holds
-// the pending keys and older pairs, mode 0700) is refused, naming both.
-func TestAnOutputOrTrustDirInTheStateDirIsRefused(t *testing.T) {
-	cases := []struct {
-		name, field string
-		edit        func(cfg *Configuration)
-	}{
-		{"an output dir", "credentials[0].output.dir", func(cfg *Configuration) { cfg.Credentials[0].Output.Dir = cfg.StateDir + "/" }},
-		{"a trust dir", "trust[0].dir", func(cfg *Configuration) {
-			cfg.Trust = []Trust{{Name: "t", SignerName: "keyward.dev/t", Dir: cfg.StateDir}}
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t.TempDir())
-			tc.edit(cfg)
-			cfg.Default()
-			err := cfg.Validate()
-			var agg utilerrors.Aggregate
-			if !errors.As(err, &agg) {
-				t.Fatalf("Validate: %v, want a field error list", err)
-			}
-			found := false
-			for _, e := range agg.Errors() {
-				var fe *field.Error
-				if errors.As(e, &fe) && fe.Field == tc.field && fe.Type == field.ErrorTypeInvalid && strings.Contains(fe.Detail, "stateDir") {
-					found = true
-				}
-			}
-			if !found {
-				t.Errorf("Validate: %v, want %s refused as stateDir's", err, tc.field)
-			}
-		})
 	}
 }
 
