@@ -152,7 +152,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	submitCtx, cancelSubmit := context.WithTimeout(ctx, a.deps.submitTimeout)
 	// client-go's helper says "csr for this node already exists, reusing"
 	// at default verbosity at every resumed try (and of any credential);
-	// "Waiting for the certificate" below says it once.
+	// "Waiting for the certificate" below names the CSR.
 	submitCtx = klog.NewContext(submitCtx, logger.V(2))
 	csr, err := a.deps.submit(submitCtx, client, req)
 	unanswered := submitCtx.Err() != nil
