@@ -15,6 +15,7 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -633,5 +634,29 @@ func TestARepeatedErrorIsLoggedOnce(t *testing.T) {
 	}
 	if !strings.Contains(failures[0], `"error"`) || !strings.Contains(failures[0], "keyward-node-daemon-") || !strings.Contains(failures[0], `"reason"="API"`) {
 		t.Errorf("the log line lacks the error, the CSR name or the reason: %s", failures[0])
+	}
+}
+
+// A pending key file that holds no key (a torn write on a filesystem that
+// lost it, a hand edit) is discarded after the error is reported: the next
+// try makes a new key, instead of failing on that file forever.
+func TestAnUnreadablePendingKeyIsReplaced(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	store, err := certstore.New(cfg.StateDir, "daemon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Pending(DefaultKeyType); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.StateDir, "daemon-pending.key"), []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, nil)
+	h.run()
+	h.eventually("a certificate is issued", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
+	if got := value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonStore)); got != 1 {
+		t.Errorf("renew_errors_total{reason=Store} = %v, want 1", got)
 	}
 }

@@ -139,7 +139,10 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	key, resumed, err := c.store.Pending(c.keyType)
 	if err != nil {
-		return failed(ReasonStore, fmt.Errorf("loading or creating the pending key: %w", err))
+		// A pending file that holds no key would fail every try: drop it,
+		// so the next try (after backoff) makes a new key. Only a request
+		// not yet issued is lost with it.
+		return failed(ReasonStore, errors.Join(fmt.Errorf("loading or creating the pending key: %w", err), a.discard(c)))
 	}
 	req := c.request
 	req.Key = key
