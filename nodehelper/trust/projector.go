@@ -68,7 +68,9 @@ type Options struct {
 	UID, GID int
 
 	// OnChange, if set, runs after each write that changed the file;
-	// its error is logged, the file stays. See CommandHook.
+	// its error is logged, the file stays. Its context does not end with
+	// Run's (a stopped projector lets it finish), so it must bound itself,
+	// as CommandHook does.
 	OnChange func(ctx context.Context) error
 	// Synced, if set, is told the outcome of each pass (tests).
 	Synced func(Outcome)
@@ -321,7 +323,10 @@ func (p *Projector) sync(ctx context.Context) error {
 	p.recovered(ctx)
 	logger.Info("Trust file written", "path", filepath.Join(p.opts.Dir, p.opts.FileName), "version", version, "bundles", names, "certificates", bytes.Count(data, []byte("-----BEGIN")))
 	if p.opts.OnChange != nil {
-		if err := p.opts.OnChange(ctx); err != nil {
+		// The file is written: a hook cut short by the end of ctx would
+		// never run again (the next run finds the file unchanged), so it
+		// runs to its end, bounded by its own timeout.
+		if err := p.opts.OnChange(context.WithoutCancel(ctx)); err != nil {
 			logger.Error(err, "Trust file change hook failed; the file stays")
 		}
 	}
