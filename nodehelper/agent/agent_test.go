@@ -85,6 +85,7 @@ type fakeCSRs struct {
 	ca       *testCA
 	clk      *testingclock.FakeClock
 	lifetime time.Duration
+	backdate time.Duration // notBefore is now minus this
 
 	mu       sync.Mutex
 	requests map[string]csrclient.Request // by CSR name
@@ -126,7 +127,7 @@ func (f *fakeCSRs) wait(ctx context.Context, _ kubernetes.Interface, csr *certv1
 	if err != nil {
 		return nil, err
 	}
-	return f.ca.issue(f.t, r.Template, r.Key.Public(), f.clk.Now(), f.lifetime), nil
+	return f.ca.issue(f.t, r.Template, r.Key.Public(), f.clk.Now().Add(-f.backdate), f.lifetime), nil
 }
 
 func (f *fakeCSRs) submitted() []string {
@@ -658,5 +659,30 @@ func TestAnUnreadablePendingKeyIsReplaced(t *testing.T) {
 	h.eventually("a certificate is issued", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
 	if got := value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonStore)); got != 1 {
 		t.Errorf("renew_errors_total{reason=Store} = %v, want 1", got)
+	}
+}
+
+// A signer whose certificates are due for renewal as soon as they are
+// issued (a lifetime too short for the node's clock skew) does not make a
+// CSR after CSR: the agent writes the certificate, says so, and renews
+// with backoff.
+func TestACertificateDueAsSoonAsIssuedIsRenewedWithBackoff(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.csrs.backdate = 55 * time.Minute // of one hour: past the 70 % point at issue
+	h.run()
+	h.eventually("the schedule problem is counted", 0, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonSchedule)) == 1
+	})
+	if s := h.status("daemon"); s.Renewals != 1 || len(h.csrs.submitted()) != 1 {
+		t.Fatalf("%d renewals, %d CSRs without the clock moving, want 1 each", s.Renewals, len(h.csrs.submitted()))
+	}
+	h.eventually("the certificate is written", 0, func() bool { return h.agent.unready(h.agent.byName["daemon"]) == "" })
+	// After the backoff (at most retryInitial, 1s) the next renewal.
+	h.eventually("the next renewal after the backoff", 100*time.Millisecond, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonSchedule)) == 2
+	})
+	if n := len(h.csrs.submitted()); n != 2 {
+		t.Errorf("%d CSRs after one backoff, want 2", n)
 	}
 }

@@ -214,6 +214,18 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	a.metrics.renewals.WithLabelValues(c.name).Inc()
 	a.metrics.expiration.WithLabelValues(c.name).Set(float64(leaf.NotAfter.Unix()))
 	kv := []any{"csr", csr.Name, "notBefore", leaf.NotBefore, "notAfter", leaf.NotAfter, "path", pair.Path}
+	lifetime := leaf.NotAfter.Sub(leaf.NotBefore)
+	if earliest := leaf.NotBefore.Add(time.Duration(float64(lifetime) * renewFrom)); !earliest.After(a.clock.Now()) {
+		// Already due: renewing at once would make CSR after CSR. The pair
+		// is kept and written; the next renewal waits for the backoff.
+		logger.Info("Certificate issued", kv...)
+		if err := a.ensureOutput(ctx, c, pair); err != nil {
+			return failed(ReasonOutput, err)
+		}
+		return failed(ReasonSchedule, fmt.Errorf("certificates of signer %s are due for renewal as soon as issued "+
+			"(lifetime %s, more than %.0f %% of it past at issue): the lifetime is too short or this node's clock is off; renewing with backoff",
+			c.request.SignerName, lifetime, renewFrom*100))
+	}
 	if c.problem != "" {
 		kv = append(kv, "after", c.problem)
 		c.problem = ""
