@@ -228,6 +228,7 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 			return nil, fmt.Errorf("%w: trust[%d]: %w", ErrInvalidOptions, i, err)
 		}
 		a.trusts = append(a.trusts, o)
+		a.metrics.trustWrites.WithLabelValues(t.Name)
 	}
 	return a, nil
 }
@@ -241,6 +242,9 @@ func (a *Agent) newCredential(name string, identity bool, keyType string, req cs
 	c := &credential{name: name, identity: identity, keyType: keyType, request: req, output: out, store: store,
 		kick: make(chan struct{}, 1), status: CredentialStatus{Name: name}}
 	a.byName[name] = c
+	// The series exist from the start (0: no certificate, none renewed).
+	a.metrics.expiration.WithLabelValues(name)
+	a.metrics.renewals.WithLabelValues(name)
 	a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "keyward_node", Name: "credential_expired",
 		Help:        "1 while the credential's current certificate has expired, or none exists after the first try.",

@@ -686,3 +686,36 @@ func TestACertificateDueAsSoonAsIssuedIsRenewedWithBackoff(t *testing.T) {
 		t.Errorf("%d CSRs after one backoff, want 2", n)
 	}
 }
+
+// Every credential's series exist from the start (0 until a certificate
+// exists or is renewed), so that rate() and absent() alerts work on a node
+// that never got one.
+func TestCredentialSeriesExistBeforeTheFirstCertificate(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	families, err := h.agent.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"keyward_node_credential_expiration_seconds": false, "keyward_node_credential_renewals_total": false,
+		"keyward_node_trust_bundle_writes_total": false}
+	for _, f := range families {
+		if _, ok := want[f.GetName()]; ok {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "credential" && l.GetValue() == "daemon" || l.GetName() == "trust" && l.GetValue() == "registry" {
+						want[f.GetName()] = true
+					}
+				}
+			}
+		}
+	}
+	for name, found := range want {
+		if !found {
+			t.Errorf("%s is not exported for the configured credential or trust before any event", name)
+		}
+	}
+}
