@@ -719,3 +719,49 @@ func TestCredentialSeriesExistBeforeTheFirstCertificate(t *testing.T) {
 		}
 	}
 }
+
+// A CSR not issued within waitTimeout is reported with what holds it up:
+// no approval (an approver that never approves) or no certificate after
+// approval (a signer that never answers). The test is about the message.
+func TestATimeoutSaysWhatTheCSRWaitsFor(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		conditions []certv1.CertificateSigningRequestCondition
+		want       string
+	}{
+		{name: "a CSR nobody approved says it is not approved", want: "not approved"},
+		{name: "an approved CSR says the signer has not issued it", want: "approved, but signer keyward.dev/node-daemon has not issued",
+			conditions: []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: "True"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			store, err := certstore.New(cfg.StateDir, "daemon")
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, _, err := store.Pending(DefaultKeyType)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, err := csrclient.Name(csrclient.Request{SignerName: "keyward.dev/node-daemon",
+				Template: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "daemon:worker-1"}},
+				Usages:   []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}, Key: key, NamePrefix: "keyward-node-daemon-"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, cfg, nil)
+			h.objects = []runtime.Object{&certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:   certv1.CertificateSigningRequestSpec{SignerName: "keyward.dev/node-daemon"},
+				Status: certv1.CertificateSigningRequestStatus{Conditions: tc.conditions}}}
+			block := make(chan struct{})
+			defer close(block)
+			h.csrs.block = block
+			h.run()
+			h.eventually("the wait starts", 0, func() bool { return h.status("daemon").Pending == name })
+			h.eventually("the wait times out", time.Minute, func() bool { return h.status("daemon").Errors == 1 })
+			if got := h.status("daemon").LastError; !strings.Contains(got, name) || !strings.Contains(got, tc.want) {
+				t.Errorf("error %q does not name the CSR and say %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -13,6 +13,9 @@ import (
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -190,7 +193,8 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 			// The same key asks again under the same name.
 			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
 		case errors.Is(context.Cause(waitCtx), errWaitTimeout):
-			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s; it is looked up again at the next try", csr.Name, a.cfg.Renewal.WaitTimeout.Duration))
+			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s: %s; it is looked up again at the next try",
+				csr.Name, a.cfg.Renewal.WaitTimeout.Duration, holdUp(ctx, client, csr.Name, c.request.SignerName)))
 		}
 		return failed(ReasonAPI, fmt.Errorf("waiting for CSR %s: %w", csr.Name, err))
 	}
@@ -232,6 +236,23 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	logger.Info("Certificate issued", kv...)
 	return nil
+}
+
+// holdUp says what CSR name waits for: an approval, or the signer's
+// certificate once approved (or why that cannot be read).
+func holdUp(ctx context.Context, client kubernetes.Interface, name, signerName string) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	csr, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("reading it failed: %v", err)
+	}
+	for _, cond := range csr.Status.Conditions {
+		if cond.Type == certv1.CertificateApproved && cond.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("approved, but signer %s has not issued it (is the signer running?)", signerName)
+		}
+	}
+	return fmt.Sprintf("not approved (is an approver for signer %s running, and does it accept this request?)", signerName)
 }
 
 // discard drops the pending key so that the next try makes a new one
