@@ -427,6 +427,9 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 		}
 	}
 	bo := backoff{initial: a.cfg.Renewal.RetryInitial.Duration, max: a.cfg.Renewal.RetryMax.Duration, rnd: a.deps.rnd}
+	// One projector, run anew with each client: what it said about a
+	// persisting problem (an empty selection) is not said again.
+	var p *trust.Projector
 	for {
 		client, changed := a.clients.current()
 		if client == nil {
@@ -438,31 +441,33 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 				continue
 			}
 		}
-		opts.Client = client
-		p, err := trust.New(opts)
-		if err != nil { // checked by New: not expected
-			logger.Error(err, "Trust projection cannot run")
-			return
+		if p == nil {
+			opts.Client = client
+			var err error
+			if p, err = trust.New(opts); err != nil { // checked by New: not expected
+				logger.Error(err, "Trust projection cannot run")
+				return
+			}
 		}
 		pctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- p.Run(pctx) }()
+		go func() { done <- p.RunWith(pctx, client) }()
 		select {
 		case <-changed: // nil without bootstrap: never
 			cancel()
 			<-done
 			logger.V(2).Info("Restarting the trust projection with the new node identity")
 			continue
-		case err = <-done:
+		case err := <-done:
 			cancel()
-		}
-		if err == nil { // ctx ended
-			return
-		}
-		d := bo.next()
-		logger.Error(err, "Trust projection stopped; keeping the last good trust file", "retryIn", d)
-		if !a.sleep(ctx, d, nil) {
-			return
+			if err == nil { // ctx ended
+				return
+			}
+			d := bo.next()
+			logger.Error(err, "Trust projection stopped; keeping the last good trust file", "retryIn", d)
+			if !a.sleep(ctx, d, nil) {
+				return
+			}
 		}
 	}
 }

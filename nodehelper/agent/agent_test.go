@@ -765,3 +765,46 @@ func TestATimeoutSaysWhatTheCSRWaitsFor(t *testing.T) {
 		})
 	}
 }
+
+// A trust selection that stays empty is said once at default verbosity,
+// not again each time a node identity rotation restarts the projection.
+func TestAnEmptyTrustSelectionIsSaidOnceAcrossIdentityRotations(t *testing.T) {
+	var mu sync.Mutex
+	said, passes := 0, 0 // at default verbosity; at any
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "No certificate in the selected") {
+			mu.Lock()
+			passes++
+			if strings.Contains(args, `"level"=0`) {
+				said++
+			}
+			mu.Unlock()
+		}
+	}, funcr.Options{Verbosity: 4})
+	count := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return said, passes
+	}
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	h := newHarness(t, cfg, nil)
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the empty selection is said", 0, func() bool { s, _ := count(); return s == 1 })
+	for i := 2; i <= 3; i++ {
+		_, before := count()
+		if err := h.agent.RenewNow(IdentityName); err != nil {
+			t.Fatal(err)
+		}
+		h.eventually("the identity is renewed", 0, func() bool { return h.status(IdentityName).Renewals == i })
+		h.eventually("the restarted projection made a pass", 0, func() bool { _, p := count(); return p > before })
+	}
+	if s, p := count(); s != 1 {
+		t.Errorf("the empty selection was said %d times at default verbosity (of %d passes), want once", s, p)
+	}
+}

@@ -146,8 +146,21 @@ func New(opts Options) (*Projector, error) {
 	return &Projector{opts: opts, trigger: make(chan struct{}, 1)}, nil
 }
 
+// RunWith is Run with client in place of Options.Client, for one who runs
+// the projector anew with another client (the node agent, after each node
+// identity rotation). What the projector said is kept from one run to the
+// next, so a problem that persists is not said again at default verbosity.
+// Runs must not overlap.
+func (p *Projector) RunWith(ctx context.Context, client kubernetes.Interface) error {
+	if client == nil {
+		return fmt.Errorf("%w: a client is required", ErrInvalidOptions)
+	}
+	p.opts.Client = client
+	return p.Run(ctx)
+}
+
 // Run projects until ctx ends. It returns nil then, or an error when the
-// informers could not start.
+// informers could not start. It may be called again once it returned.
 func (p *Projector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// The file a previous run left is the last good one.
