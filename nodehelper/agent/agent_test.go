@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -806,5 +807,38 @@ func TestAnEmptyTrustSelectionIsSaidOnceAcrossIdentityRotations(t *testing.T) {
 	}
 	if s, p := count(); s != 1 {
 		t.Errorf("the empty selection was said %d times at default verbosity (of %d passes), want once", s, p)
+	}
+}
+
+// A Denied or Failed CSR is a decision someone must change: the next
+// request (a new key, a new CSR) waits at least renewal.retryMax, and
+// longer after each further decision, so a fleet of nodes refused by
+// their approver does not make a CSR every few seconds each.
+func TestADecisionWaitsAtLeastRetryMax(t *testing.T) {
+	var mu sync.Mutex
+	var waits []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Renewing the credential failed") {
+			if i := strings.Index(args, `"retryIn"="`); i >= 0 {
+				mu.Lock()
+				waits = append(waits, strings.SplitN(args[i+len(`"retryIn"="`):], `"`, 2)[0])
+				mu.Unlock()
+			}
+		}
+	}, funcr.Options{})
+	cfg := testConfig(t.TempDir()) // retryInitial 1s, retryMax 8s, draws of 0.5: waits of 3/4 d
+	h := newHarness(t, cfg, nil)
+	deny := func(reason string) error {
+		return &csrclient.DecisionError{Name: "x", Type: certv1.CertificateDenied, Reason: reason, Message: "no"}
+	}
+	h.csrs.failWait = []error{deny("A"), errAPIDown, deny("B")}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("three tries failed", 500*time.Millisecond, func() bool { return h.status("daemon").Errors == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	// A denial: at least retryMax (8s → 6s); an API error in between: the
+	// ordinary backoff (second failure: 2s → 1.5s); the next denial: twice.
+	if want := []string{"6s", "1.5s", "12s"}; !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
 	}
 }

@@ -30,6 +30,10 @@ func (e *renewError) Unwrap() error { return e.err }
 
 func failed(reason string, err error) error { return &renewError{reason: reason, err: err} }
 
+// decisionRetryMax caps the wait after consecutive Denied or Failed CSRs
+// (unless renewal.retryMax is longer).
+const decisionRetryMax = time.Hour
+
 // errWaitTimeout ends one wait for issuance after renewal.waitTimeout.
 var errWaitTimeout = errors.New("wait timeout")
 
@@ -40,6 +44,9 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 	logger := klog.FromContext(ctx).WithValues("credential", c.name)
 	ctx = klog.NewContext(ctx, logger)
 	bo := backoff{initial: a.cfg.Renewal.RetryInitial.Duration, max: a.cfg.Renewal.RetryMax.Duration, rnd: a.deps.rnd}
+	// A Denied or Failed CSR waits for someone to change a decision: the
+	// next request comes after at least retryMax, doubling up to an hour.
+	decisions := backoff{initial: a.cfg.Renewal.RetryMax.Duration, max: max(a.cfg.Renewal.RetryMax.Duration, decisionRetryMax), rnd: a.deps.rnd}
 	var scheduled []byte // the leaf renewAt was drawn for
 	due := false         // a renewal failed: retry it, do not wait for renewAt
 	for ctx.Err() == nil {
@@ -49,12 +56,17 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 		}
 		if err == nil {
 			bo.reset()
+			decisions.reset()
 			due = false
 			c.problem = ""
 			continue
 		}
 		due = renewing
 		d := bo.next()
+		var re *renewError
+		if errors.As(err, &re) && (re.reason == ReasonDenied || re.reason == ReasonFailed) {
+			d = max(d, decisions.next())
+		}
 		a.failed(ctx, c, err, d)
 		if !a.sleep(ctx, d, c.kick) {
 			return
