@@ -842,3 +842,33 @@ func TestADecisionWaitsAtLeastRetryMax(t *testing.T) {
 		t.Errorf("waits %v, want %v", waits, want)
 	}
 }
+
+// The bootstrap identity asks for what kubelet's client certificate has:
+// CN=system:node:<node>, O=system:nodes, digital signature and client
+// auth, plus key encipherment for an RSA key only.
+func TestTheIdentityRequestIsKubeletsClientRequest(t *testing.T) {
+	for _, tc := range []struct {
+		keyType string
+		want    []certv1.KeyUsage
+	}{
+		{"ECDSAP256", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}},
+		{"ED25519", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}},
+		{"RSA3072", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth, certv1.UsageKeyEncipherment}},
+		{"RSA4096", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth, certv1.UsageKeyEncipherment}},
+	} {
+		t.Run("a "+tc.keyType+" identity key", func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.Kubeconfig = ""
+			cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap", KeyType: tc.keyType}
+			h := newHarness(t, cfg, nil)
+			r := h.agent.byName[IdentityName].request
+			if !slices.Equal(r.Usages, tc.want) {
+				t.Errorf("usages %v, want %v", r.Usages, tc.want)
+			}
+			if s := r.Template.Subject; s.CommonName != "system:node:worker-1" || !slices.Equal(s.Organization, []string{"system:nodes"}) ||
+				r.SignerName != certv1.KubeAPIServerClientKubeletSignerName {
+				t.Errorf("subject %v, signer %s", s, r.SignerName)
+			}
+		})
+	}
+}
