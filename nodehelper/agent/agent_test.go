@@ -872,3 +872,26 @@ func TestTheIdentityRequestIsKubeletsClientRequest(t *testing.T) {
 		})
 	}
 }
+
+// An output directory that cannot be written is retried with backoff, but
+// does not hold up a renewal that is due: the pair in the state directory
+// (a bundle of its own) is renewed on time.
+func TestABrokenOutputDoesNotHoldUpTheRenewal(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	if err := os.WriteFile(filepath.Join(tmp, "file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Credentials[0].Output.Dir = filepath.Join(tmp, "file", "out") // under a file: never writable
+	h := newHarness(t, cfg, nil)
+	h.run()
+	h.eventually("the output failed", 0, func() bool {
+		return h.status("daemon").Renewals == 1 && value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonOutput)) >= 1
+	})
+	notAfter := h.status("daemon").NotAfter
+	h.clk.SetTime(notAfter.Add(-5 * time.Minute)) // past the renewal point, still valid
+	h.eventually("the certificate is renewed", time.Second, func() bool { return h.status("daemon").Renewals == 2 })
+	if now := h.clk.Now(); !now.Before(notAfter) {
+		t.Errorf("renewed at %s, only after the certificate expired at %s", now, notAfter)
+	}
+}

@@ -113,9 +113,7 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 			}
 			c.identityFor = leaf.Raw
 		}
-		if err := a.ensureOutput(ctx, c, pair); err != nil {
-			return false, failed(ReasonOutput, err)
-		}
+		outErr := a.ensureOutput(ctx, c, pair)
 		if !bytes.Equal(*scheduled, leaf.Raw) {
 			at := renewAt(leaf, a.deps.rnd)
 			a.mu.Lock()
@@ -127,6 +125,14 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 		a.mu.Lock()
 		at := c.renewAt
 		a.mu.Unlock()
+		if outErr != nil {
+			if at.After(now) && !due {
+				return false, failed(ReasonOutput, outErr)
+			}
+			// A broken output does not hold up a renewal that is due: the
+			// state directory's pair would run out too.
+			a.noteFailure(ctx, c, failed(ReasonOutput, outErr))
+		}
 		if d := at.Sub(now); d > 0 && !due {
 			if !a.sleep(ctx, d, c.kick) {
 				return false, nil
