@@ -895,3 +895,27 @@ func TestABrokenOutputDoesNotHoldUpTheRenewal(t *testing.T) {
 		t.Errorf("renewed at %s, only after the certificate expired at %s", now, notAfter)
 	}
 }
+
+// While it waits for the renewal point the agent looks at the pair and
+// the output again every few minutes (timers stop while a VM is paused,
+// and an output removed by hand should not wait for the next renewal).
+func TestTheOutputIsRepairedWithinMinutesWhileWaiting(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	c := h.agent.byName["daemon"]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
+	out := filepath.Join(tmp, "out")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(recheckEvery)
+	h.eventually("the output is written again", 0, func() bool {
+		_, err := atomicdir.Read(out, "credential-bundle.pem")
+		return err == nil
+	})
+	if n := len(h.csrs.submitted()); n != 1 {
+		t.Errorf("%d CSRs, want 1 (the pair was valid)", n)
+	}
+}

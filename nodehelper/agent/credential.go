@@ -34,6 +34,10 @@ func failed(reason string, err error) error { return &renewError{reason: reason,
 // (unless renewal.retryMax is longer).
 const decisionRetryMax = time.Hour
 
+// recheckEvery bounds one sleep until a renewal: the pair, its expiry and
+// the output are looked at again at least this often.
+const recheckEvery = 5 * time.Minute
+
 // errWaitTimeout ends one wait for issuance after renewal.waitTimeout.
 var errWaitTimeout = errors.New("wait timeout")
 
@@ -134,8 +138,19 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 			a.noteFailure(ctx, c, failed(ReasonOutput, outErr))
 		}
 		if d := at.Sub(now); d > 0 && !due {
-			if !a.sleep(ctx, d, c.kick) {
+			// At most recheckEvery at a time, then a fresh pass: timers
+			// stop while a VM is paused or suspended (the pair may have run
+			// out meanwhile), and a removed output is repaired in minutes.
+			timer := a.clock.NewTimer(min(d, recheckEvery))
+			defer timer.Stop()
+			select {
+			case <-ctx.Done():
 				return false, nil
+			case <-timer.C():
+				if a.clock.Now().Before(at) {
+					return false, nil
+				}
+			case <-c.kick:
 			}
 		}
 	}
