@@ -919,3 +919,26 @@ func TestTheOutputIsRepairedWithinMinutesWhileWaiting(t *testing.T) {
 		t.Errorf("%d CSRs, want 1 (the pair was valid)", n)
 	}
 }
+
+// Retries of a failing renewal do not each say "Waiting for the
+// certificate" at default verbosity: the failure was said once already.
+func TestRetriesDoNotRepeatTheWaitingLine(t *testing.T) {
+	var mu sync.Mutex
+	waiting := 0
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Waiting for the certificate") {
+			mu.Lock()
+			waiting++
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	h.csrs.failWait = []error{errAPIDown, errAPIDown, errAPIDown}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the certificate is issued after three failures", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if waiting != 1 {
+		t.Errorf("%d waiting lines at default verbosity for four tries, want 1", waiting)
+	}
+}

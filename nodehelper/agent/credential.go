@@ -196,7 +196,12 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	a.mu.Lock()
 	c.status.Pending = csr.Name
 	a.mu.Unlock()
-	logger.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
+	// Said once; while retrying a failure (said already) only at V(4).
+	v := 0
+	if c.problem != "" {
+		v = 4
+	}
+	logger.V(v).Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
 
 	waitCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
