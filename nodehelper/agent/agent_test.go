@@ -942,3 +942,20 @@ func TestRetriesDoNotRepeatTheWaitingLine(t *testing.T) {
 		t.Errorf("%d waiting lines at default verbosity for four tries, want 1", waiting)
 	}
 }
+
+// An identity issued already due for renewal (Schedule) is still put to
+// use at once: the credentials do not wait for the identity's backoff.
+func TestAnIdentityDueAsSoonAsIssuedIsUsedAtOnce(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	h.csrs.backdate = 55 * time.Minute
+	h.run()
+	h.eventually("the identity is issued", 0, func() bool { return h.status(IdentityName).Renewals == 1 })
+	h.eventually("the credential is requested with it, the clock standing still", 0, func() bool {
+		return h.status("daemon").Renewals == 1
+	})
+}

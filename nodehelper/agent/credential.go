@@ -111,11 +111,8 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 	}
 	if pair != nil {
 		leaf := pair.Chain[0]
-		if c.identity && !bytes.Equal(c.identityFor, leaf.Raw) {
-			if err := a.clients.setIdentity(pair); err != nil {
-				return false, failed(ReasonStore, err)
-			}
-			c.identityFor = leaf.Raw
+		if err := a.useIdentity(c, pair); err != nil {
+			return false, err
 		}
 		outErr := a.ensureOutput(ctx, c, pair)
 		if !bytes.Equal(*scheduled, leaf.Raw) {
@@ -261,6 +258,9 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 		// Already due: renewing at once would make CSR after CSR. The pair
 		// is kept and written; the next renewal waits for the backoff.
 		logger.Info("Certificate issued", kv...)
+		if err := a.useIdentity(c, pair); err != nil {
+			return err
+		}
 		if err := a.ensureOutput(ctx, c, pair); err != nil {
 			return failed(ReasonOutput, err)
 		}
@@ -273,6 +273,19 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 		c.problem = ""
 	}
 	logger.Info("Certificate issued", kv...)
+	return nil
+}
+
+// useIdentity gives the clients a new identity pair (c is the bootstrap
+// identity); other credentials do nothing.
+func (a *Agent) useIdentity(c *credential, pair *certstore.Pair) error {
+	if !c.identity || bytes.Equal(c.identityFor, pair.Chain[0].Raw) {
+		return nil
+	}
+	if err := a.clients.setIdentity(pair); err != nil {
+		return failed(ReasonStore, err)
+	}
+	c.identityFor = pair.Chain[0].Raw
 	return nil
 }
 
