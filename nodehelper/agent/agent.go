@@ -431,7 +431,7 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 	// persisting problem (an empty selection) is not said again.
 	var p *trust.Projector
 	for {
-		client, changed := a.clients.current()
+		client, changed, until := a.clients.currentUntil()
 		if client == nil {
 			logger.V(2).Info("Trust projection waits for the node identity")
 			select {
@@ -452,13 +452,27 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 		pctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- p.RunWith(pctx, client) }()
+		var expired <-chan time.Time // nil without bootstrap: never
+		stopTimer := func() {}
+		if !until.IsZero() {
+			t := a.clock.NewTimer(until.Sub(a.clock.Now()))
+			expired, stopTimer = t.C(), func() { t.Stop() }
+		}
 		select {
 		case <-changed: // nil without bootstrap: never
+			stopTimer()
 			cancel()
 			<-done
 			logger.V(2).Info("Restarting the trust projection with the new node identity")
 			continue
+		case <-expired:
+			// Its requests would only be refused from now on.
+			cancel()
+			<-done
+			logger.Info("The node identity expired; the trust projection waits for a new one, keeping the last good trust file", "notAfter", until)
+			continue
 		case err := <-done:
+			stopTimer()
 			cancel()
 			if err == nil { // ctx ended
 				return

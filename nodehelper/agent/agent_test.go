@@ -959,3 +959,46 @@ func TestAnIdentityDueAsSoonAsIssuedIsUsedAtOnce(t *testing.T) {
 		return h.status("daemon").Renewals == 1
 	})
 }
+
+// When the node identity expires, the trust projection stops using it (its
+// requests would only be refused) and waits for the next identity,
+// keeping the last good file.
+func TestTrustProjectionStopsWhenTheIdentityExpires(t *testing.T) {
+	var mu sync.Mutex
+	stopped := 0
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "The node identity expired") {
+			mu.Lock()
+			stopped++
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	h := newHarness(t, cfg, nil)
+	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the trust file is written", 0, func() bool {
+		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
+	})
+	block := make(chan struct{})
+	defer close(block)
+	h.csrs.mu.Lock()
+	h.csrs.block = block // the identity's renewal hangs
+	h.csrs.mu.Unlock()
+	h.clk.SetTime(h.status(IdentityName).NotAfter.Add(time.Minute))
+	h.eventually("the projection stops", 0, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stopped == 1
+	})
+	if _, err := atomicdir.Read(filepath.Join(tmp, "trust"), "ca-bundle.pem"); err != nil {
+		t.Errorf("the trust file is gone: %v", err)
+	}
+}
