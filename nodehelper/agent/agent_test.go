@@ -1002,3 +1002,28 @@ func TestTrustProjectionStopsWhenTheIdentityExpires(t *testing.T) {
 		t.Errorf("the trust file is gone: %v", err)
 	}
 }
+
+// /readyz follows the output: once the written files are gone and cannot
+// be written again, the agent is no longer ready.
+func TestReadinessFollowsALostOutput(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	c := h.agent.byName["daemon"]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
+	out := filepath.Join(tmp, "out")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, nil, 0o600); err != nil { // a file where the directory was: unwritable
+		t.Fatal(err)
+	}
+	h.clk.Step(recheckEvery)
+	h.eventually("the output error is counted", 0, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonOutput)) >= 1
+	})
+	if why := h.agent.unready(c); why == "" {
+		t.Error("ready without its output")
+	}
+}

@@ -375,6 +375,9 @@ func (a *Agent) ensureOutput(ctx context.Context, c *credential, pair *certstore
 	if !outputMatches(c.output.Dir, files) {
 		err := atomicdir.Write(c.output.Dir, files, atomicdir.Options{UID: owner(c.output.UID), GID: owner(c.output.GID)})
 		if err != nil {
+			a.mu.Lock()
+			c.written = false
+			a.mu.Unlock()
 			return fmt.Errorf("writing the credential files to %s: %w", c.output.Dir, err)
 		}
 		klog.FromContext(ctx).Info("Credential files written", "dir", c.output.Dir, "notAfter", pair.Chain[0].NotAfter)
