@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1025,5 +1026,34 @@ func TestReadinessFollowsALostOutput(t *testing.T) {
 	})
 	if why := h.agent.unready(c); why == "" {
 		t.Error("ready without its output")
+	}
+}
+
+// Run leaves no goroutine behind once ctx ends, with bootstrap, a
+// credential, a trust projection and an identity rotation.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	base := goruntime.NumGoroutine()
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	h.run()
+	h.eventually("the credential is issued", 0, func() bool { return h.status("daemon").Renewals == 1 })
+	if err := h.agent.RenewNow(IdentityName); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the identity is renewed", 0, func() bool { return h.status(IdentityName).Renewals == 2 })
+	h.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for goruntime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := goruntime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after Run returned, %d before:\n%s", n, base, buf[:goruntime.Stack(buf, true)])
 	}
 }
