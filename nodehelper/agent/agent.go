@@ -281,6 +281,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	logger := klog.FromContext(ctx)
+	unlock, err := a.lockStateDir(ctx)
+	if err != nil || unlock == nil {
+		return err // nil: ctx ended while another agent held the lock
+	}
+	defer unlock()
 	kubeconfig := a.cfg.Kubeconfig
 	if a.cfg.Bootstrap != nil {
 		kubeconfig = a.cfg.Bootstrap.Kubeconfig

@@ -180,7 +180,11 @@ func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 		csrs = &fakeCSRs{t: t, ca: newTestCA(t), clk: h.clk, lifetime: time.Hour, requests: map[string]csrclient.Request{}}
 	}
 	h.clk, h.csrs = csrs.clk, csrs
-	a, err := newAgent(Options{Config: cfg, Clock: h.clk, Ready: func(m, hl string) { h.metrics, h.health = m, hl }}, deps{
+	a, err := newAgent(Options{Config: cfg, Clock: h.clk, Ready: func(m, hl string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.metrics, h.health = m, hl
+	}}, deps{
 		submit: csrs.submit, wait: csrs.wait, rnd: func() float64 { return 0.5 },
 		restConfig: func(string) (*rest.Config, error) { return &rest.Config{Host: "https://127.0.0.1:1"}, nil },
 		newClient: func(c *rest.Config) (kubernetes.Interface, error) {
@@ -1056,4 +1060,43 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines after Run returned, %d before:\n%s", n, base, buf[:goruntime.Stack(buf, true)])
 	}
+}
+
+// A second agent on the same state directory (a rolling update with
+// surge) waits, saying so, until the first has stopped: two agents would
+// commit pairs and write outputs at the same time.
+func TestASecondAgentOnTheStateDirectoryWaits(t *testing.T) {
+	tmp := t.TempDir()
+	first := newHarness(t, testConfig(tmp), nil)
+	first.run()
+	first.eventually("the first agent has its certificate", 0, func() bool { return first.status("daemon").Renewals == 1 })
+
+	var mu sync.Mutex
+	waiting := false
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Another node agent holds the state directory") {
+			mu.Lock()
+			waiting = true
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	second := newHarness(t, testConfig(tmp), first.csrs)
+	second.runWith(klog.NewContext(context.Background(), logger))
+	second.eventually("the second agent waits", 0, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return waiting
+	})
+	second.mu.Lock()
+	serving := second.health != ""
+	second.mu.Unlock()
+	if serving {
+		t.Error("the second agent started serving while the first ran")
+	}
+	first.stop()
+	second.eventually("the second agent starts", lockPoll, func() bool {
+		second.mu.Lock()
+		defer second.mu.Unlock()
+		return second.health != ""
+	})
 }
