@@ -3,14 +3,18 @@ package nodehelper
 import (
 	"context"
 	"crypto"
+	"errors"
 	"fmt"
 
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 )
 
 // PodRef is the identity kubelet puts into a PodCertificateRequest.
@@ -54,50 +58,74 @@ func NewPodCertificateRequest(ref PodRef, signerName string, key crypto.Signer, 
 	}, nil
 }
 
+// ErrDeleted: the PodCertificateRequest was deleted (or was already gone)
+// before it reached a terminal condition.
+var ErrDeleted = errors.New("PodCertificateRequest deleted before it was decided")
+
 // WaitForTerminal watches the request (as its node may: by spec.nodeName)
-// until it has a terminal condition, and returns it. A watch that ends or
-// errors (e.g. "too large resource version" from a lagging watch cache) is
-// resumed from a fresh read.
+// until it has a terminal condition, and returns it; it returns at once for
+// a request already decided. A request that is deleted first, or is gone
+// when the wait begins, is ErrDeleted. A watch that ends or fails (e.g.
+// "too large resource version" from a lagging watch cache, an apiserver
+// restart) is resumed from a fresh list with exponential backoff, as a
+// client-go informer does; only ctx ends the wait otherwise.
 func WaitForTerminal(ctx context.Context, client kubernetes.Interface, p *certv1.PodCertificateRequest) (*certv1.PodCertificateRequest, error) {
 	pcrs := client.CertificatesV1().PodCertificateRequests(p.Namespace)
 	sel := fields.OneTermEqualSelector("spec.nodeName", string(p.Spec.NodeName)).String()
-	for {
-		list, err := pcrs.List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return nil, fmt.Errorf("listing PodCertificateRequests of node %s: %w", p.Spec.NodeName, err)
-		}
-		for i := range list.Items {
-			if got := &list.Items[i]; got.Name == p.Name && len(got.Status.Conditions) > 0 {
-				return got, nil
-			}
-		}
-		w, err := pcrs.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			return nil, fmt.Errorf("watching PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, err)
-		}
-		got, err := awaitTerminal(ctx, w, p.Name)
-		w.Stop()
-		if got != nil || err != nil {
-			return got, err
-		}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			// A consistent read, not the watch cache's "any" (ResourceVersion
+			// 0), which may predate the request's creation: absence from this
+			// list then means it is gone.
+			o.ResourceVersion, o.ResourceVersionMatch = "", ""
+			return pcrs.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return pcrs.Watch(ctx, o)
+		},
 	}
-}
-
-// awaitTerminal returns the request once terminal, or (nil, nil) when the
-// watch ends or errors and should be resumed.
-func awaitTerminal(ctx context.Context, w watch.Interface, name string) (*certv1.PodCertificateRequest, error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for PodCertificateRequest %s: %w", name, ctx.Err())
-		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error {
-				return nil, nil
-			}
-			got, isPCR := ev.Object.(*certv1.PodCertificateRequest)
-			if isPCR && got.Name == name && len(got.Status.Conditions) > 0 {
-				return got, nil
-			}
+	var got *certv1.PodCertificateRequest
+	decided := func(obj any) bool {
+		if pcr, ok := obj.(*certv1.PodCertificateRequest); ok && pcr.Name == p.Name && len(pcr.Status.Conditions) > 0 {
+			got = pcr
+			return true
 		}
+		return false
 	}
+	deleted := fmt.Errorf("waiting for PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, ErrDeleted)
+	_, err := watchtools.UntilWithSync(ctx, lw, &certv1.PodCertificateRequest{},
+		func(store cache.Store) (bool, error) {
+			obj, exists, err := store.GetByKey(p.Namespace + "/" + p.Name)
+			switch {
+			case err != nil:
+				return false, err
+			case !exists:
+				return false, deleted
+			}
+			return decided(obj), nil
+		},
+		func(ev watch.Event) (bool, error) {
+			switch ev.Type {
+			case watch.Deleted:
+				if pcr, ok := ev.Object.(*certv1.PodCertificateRequest); ok && pcr.Name == p.Name {
+					return false, deleted
+				}
+			case watch.Added, watch.Modified:
+				return decided(ev.Object), nil
+			}
+			return false, nil
+		})
+	switch {
+	case got != nil:
+		return got, nil
+	case errors.Is(err, ErrDeleted):
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("waiting for PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, ctx.Err())
+	case err != nil:
+		return nil, fmt.Errorf("waiting for PodCertificateRequest %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil, fmt.Errorf("waiting for PodCertificateRequest %s/%s: the watch ended without a decision", p.Namespace, p.Name)
 }

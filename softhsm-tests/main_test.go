@@ -40,7 +40,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	return controlplane.RunMain(m, controlplane.Options{}, func(c *controlplane.ControlPlane) error {
+	return controlplane.RunMain(m, controlplane.Options{
+		// Real bootstrap tokens (Secrets in kube-system) for the node
+		// agent's KEP-266 bootstrap test.
+		ExtraAPIServerFlags: []string{"--enable-bootstrap-token-auth"},
+	}, func(c *controlplane.ControlPlane) error {
 		cp = c
 		if err := installRBAC(c); err != nil {
 			return fmt.Errorf("installing deploy/base RBAC: %w", err)

@@ -172,10 +172,8 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	key, resumed, err := c.store.Pending(c.keyType)
 	if err != nil {
-		// A pending file that holds no key would fail every try: drop it,
-		// so the next try (after backoff) makes a new key. Only a request
-		// not yet issued is lost with it.
-		return failed(ReasonStore, errors.Join(fmt.Errorf("loading or creating the pending key: %w", err), a.discard(c)))
+		// A pending file that holds no key is the store's to set aside.
+		return failed(ReasonStore, fmt.Errorf("loading or creating the pending key: %w", err))
 	}
 	req := c.request
 	req.Key = key

@@ -8,8 +8,14 @@
 // Files in the directory, for a store named n:
 //
 //	n-pending.key               the key being certified (PKCS#8 PEM, 0600)
+//	n-pending.key.bad           a pending file that held no key, set aside
 //	n-2006-01-02-15-04-05.pem   PRIVATE KEY block, then the chain leaf first (0600)
 //	n-current.pem               symlink to the newest committed pair
+//
+// The directory is made 0700; one that another user could write to (group-
+// or world-writable, or owned by neither this user nor root) is refused
+// with ErrUnsafeDir, since whoever can plant n-pending.key there chooses
+// the key the next certificate is issued for.
 package certstore
 
 import (
@@ -53,6 +59,12 @@ var (
 	ErrMismatch = errors.New("chain does not belong to the key")
 	// ErrExpired: the leaf of a chain to commit has expired.
 	ErrExpired = errors.New("certificate has expired")
+	// ErrUnsafeDir: the store's directory is writable by someone else than
+	// this process's user or root (group- or world-writable, or owned by
+	// another user), who could plant a pending key the next certificate is
+	// issued for, or a current link; the store reads and writes nothing
+	// there.
+	ErrUnsafeDir = errors.New("certificate store directory is writable by others")
 )
 
 var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -118,6 +130,9 @@ func (s *Store) step(name string) error {
 // error naming the file if it cannot be read or its key and leaf disagree.
 // A bad current file is reported, never removed.
 func (s *Store) Current() (*Pair, error) {
+	if err := s.checkDir(); err != nil {
+		return nil, err
+	}
 	path := s.CurrentPath()
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -208,16 +223,26 @@ func encodeChain(chain []*x509.Certificate) []byte {
 // resumed, or a new key of keyType, written and fsynced before it is
 // returned. A pending key that is not of keyType, or that is the current
 // pair's key (a crash after Commit swapped the pair but before it removed
-// the pending file), is replaced by a new one. A pending file that does not
-// hold a key is an error naming it, not replaced (DiscardPending clears it).
+// the pending file), is replaced by a new one. So is a pending file that
+// does not hold a key (a torn or damaged write): it is renamed
+// <name>-pending.key.bad, replacing an earlier one, and nothing resumes it.
 func (s *Store) Pending(keyType string) (key crypto.Signer, resumed bool, err error) {
+	if err := s.checkDir(); err != nil {
+		return nil, false, err
+	}
 	path := s.pendingPath()
 	data, err := os.ReadFile(path)
 	switch {
 	case err == nil:
 		key, err := readKeyPEM(data)
 		if err != nil {
-			return nil, false, fmt.Errorf("reading the pending key %s: %w", path, err)
+			// No request can be resumed with a key that does not parse,
+			// and an error here would come back on every try, forever:
+			// keep the bytes aside (one slot) and make a new key.
+			if err := os.Rename(path, path+".bad"); err != nil {
+				return nil, false, fmt.Errorf("setting aside the pending key %s, which holds no key: %w", path, err)
+			}
+			break
 		}
 		if keyTypeOf(key) == keyType && !s.isCurrentKey(key) {
 			return key, true, nil
@@ -458,13 +483,36 @@ func (s *Store) isOwnFile(n string) bool {
 }
 
 // ensureDir makes the directory (0700) if it is missing, and fsyncs its
-// parent so the new directory survives a crash.
+// parent so the new directory survives a crash; an existing one must pass
+// checkDir.
 func (s *Store) ensureDir() error {
 	if _, err := os.Stat(s.dir); err == nil {
-		return nil
+		return s.checkDir()
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("making the certificate store directory: %w", err)
 	}
 	return nodehelper.SyncDir(filepath.Dir(s.dir))
+}
+
+// checkDir refuses (ErrUnsafeDir) a directory another user could write
+// to: group- or world-writable (even with the sticky bit: a name not yet
+// made can still be taken), or owned by neither this process's user nor
+// root. A missing directory is no error.
+func (s *Store) checkDir() error {
+	fi, err := os.Stat(s.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checking the certificate store directory: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("certificate store directory %s is not a directory", s.dir)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("certificate store directory %s has mode %#o: %w (make it 0700)", s.dir, fi.Mode().Perm(), ErrUnsafeDir)
+	}
+	if uid, ok := ownerOf(fi); ok && uid != 0 && uid != os.Geteuid() {
+		return fmt.Errorf("certificate store directory %s is owned by uid %d, not by this process's uid %d or root: %w", s.dir, uid, os.Geteuid(), ErrUnsafeDir)
+	}
+	return nil
 }

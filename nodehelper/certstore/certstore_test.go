@@ -528,3 +528,95 @@ func TestCurrentReadsAPlainFile(t *testing.T) {
 		t.Fatalf("Current of a plain file = %+v, %v", cur, err)
 	}
 }
+
+func TestStoreRefusesADirectoryOthersCanWrite(t *testing.T) {
+	ca := newTestCA(t)
+	cases := []struct {
+		name string
+		mode os.FileMode
+		err  error
+	}{
+		{"a group-writable directory is refused", 0o770, ErrUnsafeDir},
+		{"a world-writable directory is refused", 0o777, ErrUnsafeDir},
+		{"a world-writable sticky directory (like /tmp) is refused", 0o777 | os.ModeSticky, ErrUnsafeDir},
+		{"a directory others may only read is used", 0o755, nil},
+		{"a 0700 directory is used", 0o700, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := newStore(t, dir)
+			// Another user of that directory planted a key it knows as the
+			// pending key: the next certificate would be issued for it.
+			planted, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plantedPEM, err := nodehelper.MarshalPrivateKeyPEM(planted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "daemon-pending.key"), plantedPEM, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			key, _, err := s.Pending(nodehelper.KeyTypeECDSAP256)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("Pending: err = %v, want %v", err, tc.err)
+			}
+			if _, err := s.Current(); !errors.Is(err, tc.err) {
+				t.Fatalf("Current: err = %v, want %v", err, tc.err)
+			}
+			if tc.err == nil {
+				return
+			}
+			if key != nil {
+				t.Fatalf("Pending returned a key from an unsafe directory")
+			}
+			own, err := nodehelper.GenerateKey(nodehelper.KeyTypeECDSAP256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Commit(own, ca.chain(t, own.Public(), t0.Add(time.Hour)), t0); !errors.Is(err, tc.err) {
+				t.Fatalf("Commit: err = %v, want %v", err, tc.err)
+			}
+			if got := files(t, dir); !slices.Equal(got, []string{"daemon-pending.key"}) {
+				t.Errorf("files = %q, want only the planted key (nothing written)", got)
+			}
+		})
+	}
+}
+
+func TestPendingFileWithoutAKeyIsSetAsideAndReplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"an empty pending file (a write torn by a crash)", nil},
+		{"a pending file of garbage", []byte("garbage")},
+		{"a pending file with a damaged key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{0x30, 0x03, 1, 2, 3}})},
+	} {
+		t.Run(tc.name+" is set aside and a new key made, not an error on every try", func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "daemon-pending.key")
+			if err := os.WriteFile(path, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, dir)
+			key, resumed, err := s.Pending(nodehelper.KeyTypeECDSAP256)
+			if err != nil || resumed || key == nil {
+				t.Fatalf("Pending = %v resumed %v, %v; want a new key", key, resumed, err)
+			}
+			again, resumed, err := s.Pending(nodehelper.KeyTypeECDSAP256)
+			if err != nil || !resumed || !sameKey(key, again) {
+				t.Fatalf("Pending after the replacement: resumed %v, same key %v, %v", resumed, sameKey(key, again), err)
+			}
+			bad, err := os.ReadFile(path + ".bad")
+			if err != nil || !bytes.Equal(bad, tc.data) {
+				t.Fatalf("the damaged file was not kept aside: %q, %v", bad, err)
+			}
+		})
+	}
+}

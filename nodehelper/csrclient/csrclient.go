@@ -46,7 +46,12 @@ var (
 	ErrDeleted = errors.New("CertificateSigningRequest was deleted")
 	// ErrConflict says a CertificateSigningRequest of the derived name
 	// exists but asks for something else (another key, signer, subject,
-	// SANs, usages or expiration).
+	// SANs, usages or expiration). The name digests all of these, so the
+	// other request was made by someone else, e.g. another node that read
+	// this key's request and re-made it under its name after the original
+	// was deleted: retrying with the same key meets it again for as long as
+	// it exists. The key's request is spent: discard the pending key and
+	// ask with a new one (certstore.DiscardPending).
 	ErrConflict = errors.New("a CertificateSigningRequest of that name asks for something else")
 )
 
@@ -66,7 +71,8 @@ func (e *DecisionError) Error() string {
 // Request is what to ask a signer for.
 type Request struct {
 	SignerName string
-	// Template gives the subject and the DNS, IP, URI and email SANs.
+	// Template gives the subject and the DNS, IP, URI and email SANs, and
+	// nothing else (extra extensions and attributes are refused).
 	Template          *x509.CertificateRequest
 	Usages            []certv1.KeyUsage
 	ExpirationSeconds *int32
@@ -87,6 +93,10 @@ func (r Request) validate() error {
 		return errors.New("request has no key")
 	case len(r.Usages) == 0:
 		return errors.New("request has no usages")
+	case len(r.Template.ExtraExtensions) > 0 || len(r.Template.Attributes) > 0:
+		// Name does not digest them, so two requests differing only
+		// there would share a name; signers take usages from spec.usages.
+		return errors.New("request template has extra extensions or attributes; only the subject and DNS, IP, URI and email SANs are requested")
 	}
 	return nil
 }

@@ -108,6 +108,14 @@ func TestNameRefusesAnInvalidPrefixOrRequest(t *testing.T) {
 		{"no key", func(r *Request) { r.Key = nil }},
 		{"no template", func(r *Request) { r.Template = nil }},
 		{"no usages", func(r *Request) { r.Usages = nil }},
+		// Neither is in the name: two requests differing only there would
+		// share it, and Submit would take one for the other.
+		{"a template with extra extensions", func(r *Request) {
+			r.Template.ExtraExtensions = []pkix.Extension{{Id: []int{1, 2, 3, 4}, Value: []byte{5, 0}}}
+		}},
+		{"a template with attributes", func(r *Request) {
+			r.Template.Attributes = []pkix.AttributeTypeAndValueSET{{Type: []int{1, 2, 840, 113549, 1, 9, 7}}}
+		}},
 	} {
 		t.Run(tc.name+" is refused", func(t *testing.T) {
 			r := baseRequest(t)

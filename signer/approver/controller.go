@@ -114,6 +114,19 @@ func (c *Controller) tellOnce(key string) bool {
 	return true
 }
 
+// unauthorizedKey is tellOnce's key for a CSR left undecided because its
+// requester is not authorized. It is forgotten once the CSR is decided or
+// deleted (its sync returns nil), so a long-running approver does not keep
+// one entry per CSR name it ever saw.
+func unauthorizedKey(key queueKey) string { return "unauthorized/" + key.signer + "/" + key.name }
+
+// forgetTold forgets key, so that it is told again if it comes back.
+func (c *Controller) forgetTold(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.told, key)
+}
+
 // forbiddenWait is how long a CSR waits after the apiserver refused one of
 // the approver's own calls (a grant is missing; backoff would only hide it).
 const forbiddenWait = 30 * time.Second
@@ -255,6 +268,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		c.queue.Forget(key)
+		c.forgetTold(unauthorizedKey(key))
 	case errors.As(err, &w):
 		klog.FromContext(ctx).V(2).Info("Looking again later", "csr", key.name, "signer", key.signer, "after", w.after, "reason", err)
 		c.queue.Forget(key)
@@ -272,7 +286,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddAfter(key, forbiddenWait)
 	default:
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
-		if errors.Is(err, errNotAuthorized) && c.tellOnce("unauthorized/"+key.signer+"/"+key.name) {
+		if errors.Is(err, errNotAuthorized) && c.tellOnce(unauthorizedKey(key)) {
 			klog.FromContext(ctx).Info("Leaving kubelet client CSR undecided until its requester is authorized: bind system:certificates.k8s.io:certificatesigningrequests:nodeclient (bootstrap) or …:selfnodeclient (renewal) to the requester, as kubeadm does",
 				"csr", key.name, "signer", key.signer, "reason", err.Error())
 		}

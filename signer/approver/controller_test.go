@@ -150,7 +150,7 @@ func testSigners() []config.Signer {
 			Approval: &config.Approval{Users: []string{"alice"}, Groups: []string{"daemon-requesters"}}},
 		{Name: "example.com/node-bound", Profile: config.ProfileCSR,
 			CSR: &config.CSRPolicy{TrustDistribution: "CTB", CommonNames: []string{"*.daemons.example.com"},
-				DNSNames: []string{"*.daemons.example.com"}, IPRanges: []string{"10.0.0.0/8"}, URIs: []string{"spiffe://example.com/*"},
+				DNSNames: []string{"*.daemons.example.com"}, IPRanges: []string{"10.0.0.0/8"}, URIs: []string{"spiffe://example.com/node/*"},
 				KeyUsages: []string{"digital signature", "client auth"}},
 			Approval: &config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}},
 		{Name: "example.com/unapproved", Profile: config.ProfileCSR, CSR: &config.CSRPolicy{TrustDistribution: "CTB", KeyUsages: []string{"client auth"}}},
@@ -296,6 +296,24 @@ func TestDecisions(t *testing.T) {
 		{"a node-bound CSR with a URI not naming the node is denied naming it", nodeBoundCSR(func(s *csrSpec) {
 			s.uris = []string{"spiffe://example.com/node/n2/log-shipper"}
 		}), denied(ReasonSANNotAllowed, "spiffe://example.com/node/n2/log-shipper")},
+		{"a node-bound CSR from a node named after a fixed label of the rules (daemons) for another node's name is denied", nodeBoundCSR(func(s *csrSpec) {
+			s.user, s.ips, s.uris = "system:node:daemons", nil, nil
+		}), denied(ReasonSubjectNotAllowed, "n1.daemons.example.com")},
+		{"a node-bound CSR from a node named after the TLD (com) for another node's DNS name is denied", nodeBoundCSR(func(s *csrSpec) {
+			s.user, s.subject.CommonName, s.ips, s.uris = "system:node:com", "com.daemons.example.com", nil, nil
+		}), denied(ReasonSANNotAllowed, "n1.daemons.example.com")},
+		{"a node-bound CSR with the node's name as a later path segment of another node's URI is denied", nodeBoundCSR(func(s *csrSpec) {
+			s.uris = []string{"spiffe://example.com/node/n2/n1"}
+		}), denied(ReasonSANNotAllowed, "spiffe://example.com/node/n2/n1")},
+		{"a node-bound CSR from a node named after a service label for another node's URI is denied", nodeBoundCSR(func(s *csrSpec) {
+			s.user, s.subject.CommonName, s.dns, s.ips = "system:node:log-shipper", "log-shipper.daemons.example.com", nil, nil
+		}), denied(ReasonSANNotAllowed, "spiffe://example.com/node/n1/log-shipper")},
+		{"a node-bound CSR with a URI that climbs out of the node's path (..) is denied", nodeBoundCSR(func(s *csrSpec) {
+			s.uris = []string{"spiffe://example.com/node/n1/../n2/log-shipper"}
+		}), denied(ReasonSANNotAllowed, "n2/log-shipper")},
+		{"a node-bound CSR with a percent-escaped slash in its URI is denied", nodeBoundCSR(func(s *csrSpec) {
+			s.uris = []string{"spiffe://example.com/node/n1%2F..%2Fn2"}
+		}), denied(ReasonSANNotAllowed, "n2")},
 		{"a node-bound CSR from a non-node user in group system:nodes is denied", nodeBoundCSR(func(s *csrSpec) { s.user = "alice" }),
 			denied(ReasonRequesterNotAllowed, "not a node identity")},
 		{"a node-bound CSR with an IP from a Node that does not exist yet is looked at again", nodeBoundCSR(func(s *csrSpec) {

@@ -85,3 +85,25 @@ var errForbiddenForTest = forbiddenErr("user \"system:serviceaccount:keyward:key
 type forbiddenErr string
 
 func (e forbiddenErr) Error() string { return string(e) }
+
+// The approver runs for months: what it remembers per CSR (to log an
+// unauthorized kubelet client CSR once) must go when the CSR does, or
+// every CSR name it ever left undecided stays in memory.
+func TestUnauthorizedCSRIsForgottenOnceDeleted(t *testing.T) {
+	c, _, _ := newTestController(t, nil)
+	csr := clientCSR("system:bootstrap:zzz", nil).build(t, "client-unauthorized")
+	_ = defaultVerbosityLog(t, c, csr)
+	if len(c.told) != 1 {
+		t.Fatalf("told = %v after an unauthorized CSR, want its one entry", c.told)
+	}
+	r := c.rules[csr.Spec.SignerName]
+	if err := r.informer.GetStore().Delete(csr); err != nil {
+		t.Fatal(err)
+	}
+	// The deleted CSR's backoff retry comes round: sync finds nothing.
+	c.queue.Add(queueKey{signer: csr.Spec.SignerName, name: csr.Name})
+	c.processNext(context.Background())
+	if len(c.told) != 0 {
+		t.Errorf("told = %v after the CSR was deleted, want it forgotten", c.told)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	csrsigner "github.com/keyward/keyward/signer/csr"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Condition reasons the approver writes. Approvals use kube-controller-
@@ -196,7 +198,7 @@ func (r *customRules) check(csr *certificatesv1.CertificateSigningRequest, req *
 		return deny(reason, "%s", v.Message)
 	}
 	if node, ok := requestingNode(csr); r.nodeBound && ok {
-		return nodeBoundNames(node, req)
+		return nodeBoundNames(node, req, r.policy.CSR)
 	}
 	return nil
 }
@@ -206,40 +208,103 @@ func (r *customRules) check(csr *certificatesv1.CertificateSigningRequest, req *
 // authorizer's test of a node identity).
 func requestingNode(csr *certificatesv1.CertificateSigningRequest) (string, bool) {
 	node, ok := strings.CutPrefix(csr.Spec.Username, nodeUserPrefix)
-	if !ok || node == "" || !slices.Contains(csr.Spec.Groups, nodesGroup) {
+	if !ok || len(validation.IsDNS1123Subdomain(node)) > 0 || !slices.Contains(csr.Spec.Groups, nodesGroup) {
 		return "", false
 	}
 	return node, true
 }
 
-// nodeBoundNames checks that the subject CN and every DNS and URI SAN
-// name node (approval.nodeBound); IP SANs are checked against the Node's
-// addresses by the controller.
-func nodeBoundNames(node string, req *x509.CertificateRequest) *denial {
-	if cn := req.Subject.CommonName; cn != "" && !hasLabels(cn, node) {
-		return deny(ReasonSubjectNotAllowed, "approval.nodeBound: subject CN %q does not hold the requesting node's name %q as whole DNS labels", cn, node)
+// nodeBoundNames checks that the subject CN and every DNS and URI SAN are
+// the requesting node's own (approval.nodeBound): the node's name fills the
+// wildcard of a csr rule that matches it, so where the name sits is fixed
+// by the rules, not guessed. A CN or DNS name is <node>.<suffix> for a
+// pattern *.<suffix>; a URI is <prefix><node> or <prefix><node>/<path> for
+// a pattern <prefix>*, with no userinfo, query, fragment, percent-encoding
+// or empty/dot path segments. Found anywhere else, the node's labels would
+// bind nothing: a node named after a fixed label (daemons, com, node) could
+// ask for every other node's names. IP SANs are checked against the
+// Node's addresses by the controller.
+func nodeBoundNames(node string, req *x509.CertificateRequest, rules *config.CSRPolicy) *denial {
+	if cn := req.Subject.CommonName; cn != "" && !boundName(cn, node, rules.CommonNames, false) {
+		return deny(ReasonSubjectNotAllowed, "approval.nodeBound: subject CN %q is not %s.<suffix> for a commonNames pattern *.<suffix> %q (the requesting node's name must fill the pattern's *)", cn, node, rules.CommonNames)
 	}
 	for _, name := range req.DNSNames {
-		if !hasLabels(name, node) {
-			return deny(ReasonSANNotAllowed, "approval.nodeBound: DNS subjectAltName %q does not hold the requesting node's name %q as whole DNS labels", name, node)
+		if !boundName(name, node, rules.DNSNames, true) {
+			return deny(ReasonSANNotAllowed, "approval.nodeBound: DNS subjectAltName %q is not %s.<suffix> for a dnsNames pattern *.<suffix> %q (the requesting node's name must fill the pattern's *)", name, node, rules.DNSNames)
 		}
 	}
 	for _, u := range req.URIs {
-		if !hasLabels(u.Hostname(), node) && !slices.Contains(strings.Split(u.Path, "/"), node) {
-			return deny(ReasonSANNotAllowed, "approval.nodeBound: URI subjectAltName %q holds the requesting node's name %q neither as host labels nor as a path segment", u, node)
+		if !boundURI(u, node, rules.URIs) {
+			return deny(ReasonSANNotAllowed, "approval.nodeBound: URI subjectAltName %q is not <prefix>%s or <prefix>%s/<path> for a uris pattern <prefix>* %q (the requesting node's name must fill the pattern's *; no userinfo, query, fragment, %%-escapes or empty, . or .. segments)", u, node, node, rules.URIs)
 		}
 	}
 	return nil
 }
 
-// hasLabels reports whether the DNS name holds labels (one name, maybe
-// dotted) as a run of whole labels: n1 is in n1, a.n1 and a.n1.example.com
-// but not in n10.example.com.
-func hasLabels(name, labels string) bool {
-	if name == "" || labels == "" {
+// boundName reports whether name is node.<suffix> for one of the patterns
+// *.<suffix>; DNS names (fold) compare ASCII case-insensitively, CNs
+// exactly, as the csr rules match them.
+func boundName(name, node string, patterns []string, fold bool) bool {
+	for _, pat := range patterns {
+		suffix, ok := strings.CutPrefix(pat, "*.")
+		if !ok || suffix == "" {
+			continue
+		}
+		want := node + "." + suffix
+		if name == want || fold && asciiEqualFold(name, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only: no Unicode folding
+// (the Kelvin sign K is not k).
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	return strings.Contains("."+strings.ToLower(name)+".", "."+strings.ToLower(labels)+".")
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// boundURI reports whether u is <prefix>node or <prefix>node/<path> for one
+// of the patterns <prefix>*, in a plain form a relying party cannot read
+// otherwise (no userinfo, query, fragment, %-escape, empty or dot segment).
+func boundURI(u *url.URL, node string, patterns []string) bool {
+	s := u.String()
+	if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(s, "%?#@") {
+		return false
+	}
+	for _, pat := range patterns {
+		prefix, ok := strings.CutSuffix(pat, "*")
+		if !ok || prefix == "" {
+			continue
+		}
+		rest, ok := strings.CutPrefix(s, prefix)
+		if !ok {
+			continue
+		}
+		head, path, more := strings.Cut(rest, "/")
+		if head != node {
+			continue
+		}
+		if !more || !slices.ContainsFunc(strings.Split(path, "/"), func(seg string) bool { return seg == "" || seg == "." || seg == ".." }) {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of node.

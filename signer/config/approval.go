@@ -14,11 +14,12 @@ import (
 // as kube-controller-manager does), the DNS suffixes and IP ranges to
 // kubeletServing. kubeAPIServerClient names are never approved
 // automatically: any identity the apiserver trusts could be asked for.
-func validateApproval(a *Approval, profile string, p *field.Path) field.ErrorList {
+func validateApproval(a *Approval, profile string, rules *CSRPolicy, signer *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if a == nil {
 		return nil
 	}
+	p := signer.Child("approval")
 	if profile == ProfileKubeAPIServerClient {
 		return append(errs, field.Forbidden(p, "kubernetes.io/kube-apiserver-client CSRs can name any user the apiserver trusts; keyward approver does not approve them (approve them by hand)"))
 	}
@@ -45,6 +46,9 @@ func validateApproval(a *Approval, profile string, p *field.Path) field.ErrorLis
 	if a.NodeBound && profile != ProfileCSR {
 		errs = append(errs, field.Forbidden(p.Child("nodeBound"), "applies only to profile csr (kubelet CSRs are bound to their node already)"))
 	}
+	if a.NodeBound && profile == ProfileCSR && rules != nil {
+		errs = append(errs, validateNodeBoundPatterns(rules, signer.Child("csr"))...)
+	}
 	if profile == ProfileCSR && len(a.Users) == 0 && len(a.Groups) == 0 {
 		errs = append(errs, field.Required(p.Child("users"), "at least one user or group may request (every other CSR is Denied)"))
 	}
@@ -70,6 +74,33 @@ func validateApproval(a *Approval, profile string, p *field.Path) field.ErrorLis
 			errs = append(errs, field.Invalid(p.Child("allowedIPRanges").Index(j), r, "must be a CIDR, e.g. 10.0.0.0/8 or fd00::/8"))
 		case prefix != prefix.Masked():
 			errs = append(errs, field.Invalid(p.Child("allowedIPRanges").Index(j), r, "has host bits set; did you mean "+prefix.Masked().String()+"?"))
+		}
+	}
+	return errs
+}
+
+// validateNodeBoundPatterns refuses csr patterns that approval.nodeBound
+// can never approve a name under: the requesting node's name must fill a
+// pattern's wildcard (*.<suffix> for CNs and DNS names, <prefix>* for
+// URIs), so "*" alone and exact names would only deny every request that
+// carries such a name.
+func validateNodeBoundPatterns(rules *CSRPolicy, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct {
+		name     string
+		patterns []string
+	}{{"commonNames", rules.CommonNames}, {"dnsNames", rules.DNSNames}} {
+		for j, pat := range f.patterns {
+			if suffix, ok := strings.CutPrefix(pat, "*."); !ok || suffix == "" {
+				errs = append(errs, field.Invalid(p.Child(f.name).Index(j), pat,
+					"with approval.nodeBound a name is approved only as <node>.<suffix> for a pattern *.<suffix> (the node's name fills the *); this pattern can never be"))
+			}
+		}
+	}
+	for j, pat := range rules.URIs {
+		if len(pat) < 2 || !strings.HasSuffix(pat, "*") {
+			errs = append(errs, field.Invalid(p.Child("uris").Index(j), pat,
+				"with approval.nodeBound a URI is approved only as <prefix><node>[/<path>] for a pattern <prefix>* (the node's name fills the *); this pattern can never be"))
 		}
 	}
 	return errs

@@ -17,6 +17,12 @@ func TestApprovalValidationNamesTheField(t *testing.T) {
 		return config.Signer{Name: "example.com/node-daemons", Profile: config.ProfileCSR,
 			CSR: &config.CSRPolicy{TrustDistribution: "ClusterTrustBundle", KeyUsages: []string{"client auth"}}, Approval: a}
 	}
+	withCSR := func(s config.Signer, change func(*config.CSRPolicy)) config.Signer {
+		c := *s.CSR
+		change(&c)
+		s.CSR = &c
+		return s
+	}
 	cases := []struct {
 		name      string
 		signer    config.Signer
@@ -43,6 +49,22 @@ func TestApprovalValidationNamesTheField(t *testing.T) {
 		{"suffixes on a custom name are refused", custom(&config.Approval{Users: []string{"alice"}, AllowedDNSSuffixes: []string{"example.com"}}),
 			"signers[0].approval.allowedDNSSuffixes", field.ErrorTypeForbidden},
 		{"a node-bound custom approval is valid", custom(&config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}), "", ""},
+		{"a node-bound custom approval whose DNS pattern the node's name fills is valid", withCSR(custom(&config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}),
+			func(c *config.CSRPolicy) {
+				c.CommonNames, c.DNSNames, c.URIs = []string{"*.daemons.example.com"}, []string{"*.daemons.example.com"}, []string{"spiffe://example.com/node/*"}
+			}), "", ""},
+		{"a node-bound custom approval with the common name pattern * (no place for the node's name) is refused", withCSR(custom(&config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}),
+			func(c *config.CSRPolicy) { c.CommonNames = []string{"*.daemons.example.com", "*"} }),
+			"signers[0].csr.commonNames[1]", field.ErrorTypeInvalid},
+		{"a node-bound custom approval with an exact DNS name is refused", withCSR(custom(&config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}),
+			func(c *config.CSRPolicy) { c.DNSNames = []string{"daemon.example.com"} }),
+			"signers[0].csr.dnsNames[0]", field.ErrorTypeInvalid},
+		{"a node-bound custom approval with an exact common name is refused", withCSR(custom(&config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}),
+			func(c *config.CSRPolicy) { c.CommonNames = []string{"daemon.example.com"} }),
+			"signers[0].csr.commonNames[0]", field.ErrorTypeInvalid},
+		{"a node-bound custom approval with an exact URI is refused", withCSR(custom(&config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}),
+			func(c *config.CSRPolicy) { c.URIs = []string{"spiffe://example.com/daemon"} }),
+			"signers[0].csr.uris[0]", field.ErrorTypeInvalid},
 		{"nodeBound on a kubelet serving name is refused", serving(&config.Approval{NodeBound: true}),
 			"signers[0].approval.nodeBound", field.ErrorTypeForbidden},
 		{"a custom approval naming nobody is refused", custom(&config.Approval{}),

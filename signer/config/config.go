@@ -492,7 +492,7 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	if s.Approval != nil && !IsCSRProfile(s.Profile) {
 		errs = append(errs, field.Invalid(p.Child("approval"), "…", "applies only to CertificateSigningRequest profiles"))
 	} else {
-		errs = append(errs, validateApproval(s.Approval, s.Profile, p.Child("approval"))...)
+		errs = append(errs, validateApproval(s.Approval, s.Profile, s.CSR, p)...)
 	}
 	for j, kt := range s.AllowedKeyTypes {
 		if !slices.Contains(apiserverKeyTypes, kt) {

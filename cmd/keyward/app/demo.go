@@ -59,8 +59,11 @@ approves it, and the demo prints its decision and the issued chain.
 Then it rotates the CA canary-then-live to demo-2 with gates compressed to
 seconds, running keyward ca init and keyward trust promote, activate, retire
 and finish as an operator would, and prints at each phase the canary and
-live ClusterTrustBundles as kubelet selects them and whether the pod's
-certificates from before and after activation verify against live. The
+live ClusterTrustBundles as kubelet selects them, whether the pod's
+certificates from before and after activation verify against live, and the
+trust files the node helper's projection (keyward node trust) keeps on two
+nodes, one labelled keyward.dev/trust-bundle=canary, the other live: the
+canary node's file gains the new root first. The
 LeavesValid gate cannot be compressed (a pod certificate lives at least 1h):
 the demo shows retire refused by it, then forces it with a reason.
 
@@ -261,9 +264,17 @@ SoftHSM2 token ready
 		return err
 	}
 	describeChain(out, daemonChain)
+
+	// The node helper's trust projection on two nodes, one following the
+	// canary bundle, the other live, as a Node label chooses.
+	trustFiles, stopTrust, err := startDemoTrust(klog.NewContext(ctx, logger), out, cp, dir)
+	if err != nil {
+		return err
+	}
+	defer stopTrust()
 	fmt.Fprintln(out)
 
-	r := &demoRotation{out: out, cli: cli, authorities: authorities, node: node, events: cp.AdminClient(), workload: w, token: token}
+	r := &demoRotation{out: out, cli: cli, authorities: authorities, node: node, events: cp.AdminClient(), workload: w, token: token, trust: trustFiles}
 	if err := r.run(ctx, chain[0]); err != nil {
 		return err
 	}

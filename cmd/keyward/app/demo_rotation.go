@@ -137,6 +137,8 @@ type demoRotation struct {
 	events   kubernetes.Interface
 	workload *controlplane.WorkloadObjects
 	token    *softhsm.Token
+	// trust are the nodes' trust files the node helper keeps.
+	trust []*demoTrustFile
 
 	began time.Time
 	// leaves are the pod's certificates so far, oldest first.
@@ -353,7 +355,8 @@ func (r *demoRotation) waitForGates(ctx context.Context, gen string, p v1alpha1.
 
 // show waits until kubelet's view of both bundles holds the roots that
 // status's observed phases put there (a is read anew when nil), prints
-// the subjects, and verifies every leaf against the live bundle.
+// the subjects, verifies every leaf against the live bundle, and shows the
+// nodes' trust files once they hold the same.
 func (r *demoRotation) show(ctx context.Context, a *v1alpha1.Authority) error {
 	var canary, live []*x509.Certificate
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, demoWait, true, func(ctx context.Context) (bool, error) {
@@ -396,7 +399,7 @@ func (r *demoRotation) show(ctx context.Context, a *v1alpha1.Authority) error {
 		}
 		fmt.Fprintf(r.out, "%s, signed by %s: verifies against live\n", l.name, l.cert.Issuer.CommonName)
 	}
-	return nil
+	return showTrustFiles(ctx, r.out, r.trust, a)
 }
 
 // showOverrideEvent waits for the trust publisher's GateOverridden Event

@@ -12,7 +12,8 @@ import (
 // `keyward demo --once` brings up the control plane and the token, prints how
 // to reach them, issues a pod certificate and a node daemon's CSR, runs a whole canary-then-live
 // rotation demo-1 → demo-2 through keyward's own commands (retire refused by
-// LeavesValid, then forced with an Event), and leaves nothing behind.
+// LeavesValid, then forced with an Event) while the node helper's trust files
+// on a canary and a live node follow it, and leaves nothing behind.
 func TestDemoOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver")
@@ -48,6 +49,16 @@ func TestDemoOnce(t *testing.T) {
 		// Retire refused by LeavesValid, then forced and recorded.
 		"refused: demo-1 Promoted → Retiring: LeavesValid", "In production you would wait",
 		"Warning GateOverridden authority/demo", "demo: compressed rotation",
+		// The node helper's trust files: both old root only, then the canary
+		// node's gains the new root while the live node's does not, both
+		// end with the new root only.
+		"trust file on demo-canary-node (keyward.dev/trust-bundle=canary): CN=keyward demo CA demo-1 [written]\n" +
+			"trust file on demo-node (keyward.dev/trust-bundle=live): CN=keyward demo CA demo-1 [written]\n",
+		"trust file on demo-canary-node (keyward.dev/trust-bundle=canary): CN=keyward demo CA demo-1, CN=keyward demo CA demo-2 [rewritten]\n" +
+			"trust file on demo-node (keyward.dev/trust-bundle=live): CN=keyward demo CA demo-1 [unchanged]\n" +
+			"  the canary node demo-canary-node trusts CN=keyward demo CA demo-2; the live node demo-node does not yet\n",
+		"trust file on demo-canary-node (keyward.dev/trust-bundle=canary): CN=keyward demo CA demo-2 [unchanged]\n" +
+			"trust file on demo-node (keyward.dev/trust-bundle=live): CN=keyward demo CA demo-2 [rewritten]\n",
 		"total wall time"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
