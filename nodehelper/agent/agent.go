@@ -248,6 +248,7 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 			return nil, fmt.Errorf("%w: trust[%d]: %w", ErrInvalidOptions, i, err)
 		}
 		a.trusts = append(a.trusts, o)
+		a.metrics.trustWrites.WithLabelValues(t.Name)
 	}
 	return a, nil
 }
@@ -261,6 +262,9 @@ func (a *Agent) newCredential(name string, identity bool, keyType string, req cs
 	c := &credential{name: name, identity: identity, keyType: keyType, request: req, output: out, store: store,
 		kick: make(chan struct{}, 1), status: CredentialStatus{Name: name}}
 	a.byName[name] = c
+	// The series exist from the start (0: no certificate, none renewed).
+	a.metrics.expiration.WithLabelValues(name)
+	a.metrics.renewals.WithLabelValues(name)
 	a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "keyward_node", Name: "credential_expired",
 		Help:        "1 while the credential's current certificate has expired, or none exists after the first try.",
@@ -300,6 +304,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.checkDirs(); err != nil {
 		return err
 	}
+	unlock, err := a.lockStateDir(ctx)
+	if err != nil || unlock == nil {
+		return err // nil: ctx ended while another agent held the lock
+	}
+	defer unlock()
 	kubeconfig, field := a.cfg.Kubeconfig, "kubeconfig"
 	if a.cfg.Bootstrap != nil {
 		kubeconfig, field = a.cfg.Bootstrap.Kubeconfig, "bootstrap.kubeconfig"
@@ -453,8 +462,11 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 		}
 	}
 	bo := backoff{initial: a.cfg.Renewal.RetryInitial.Duration, max: a.cfg.Renewal.RetryMax.Duration, rnd: a.deps.rnd}
+	// One projector, run anew with each client: what it said about a
+	// persisting problem (an empty selection) is not said again.
+	var p *trust.Projector
 	for {
-		client, changed := a.clients.current()
+		client, changed, until := a.clients.currentUntil()
 		if client == nil {
 			logger.V(2).Info("Trust projection waits for the node identity")
 			select {
@@ -464,31 +476,47 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 				continue
 			}
 		}
-		opts.Client = client
-		p, err := trust.New(opts)
-		if err != nil { // checked by New: not expected
-			logger.Error(err, "Trust projection cannot run")
-			return
+		if p == nil {
+			opts.Client = client
+			var err error
+			if p, err = trust.New(opts); err != nil { // checked by New: not expected
+				logger.Error(err, "Trust projection cannot run")
+				return
+			}
 		}
 		pctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- p.Run(pctx) }()
+		go func() { done <- p.RunWith(pctx, client) }()
+		var expired <-chan time.Time // nil without bootstrap: never
+		stopTimer := func() {}
+		if !until.IsZero() {
+			t := a.clock.NewTimer(until.Sub(a.clock.Now()))
+			expired, stopTimer = t.C(), func() { t.Stop() }
+		}
 		select {
 		case <-changed: // nil without bootstrap: never
+			stopTimer()
 			cancel()
 			<-done
 			logger.V(2).Info("Restarting the trust projection with the new node identity")
 			continue
-		case err = <-done:
+		case <-expired:
+			// Its requests would only be refused from now on.
 			cancel()
-		}
-		if err == nil { // ctx ended
-			return
-		}
-		d := bo.next()
-		logger.Error(err, "Trust projection stopped; keeping the last good trust file", "retryIn", d)
-		if !a.sleep(ctx, d, nil) {
-			return
+			<-done
+			logger.Info("The node identity expired; the trust projection waits for a new one, keeping the last good trust file", "notAfter", until)
+			continue
+		case err := <-done:
+			stopTimer()
+			cancel()
+			if err == nil { // ctx ended
+				return
+			}
+			d := bo.next()
+			logger.Error(err, "Trust projection stopped; keeping the last good trust file", "retryIn", d)
+			if !a.sleep(ctx, d, nil) {
+				return
+			}
 		}
 	}
 }

@@ -15,7 +15,10 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +87,7 @@ type fakeCSRs struct {
 	ca       *testCA
 	clk      *testingclock.FakeClock
 	lifetime time.Duration
+	backdate time.Duration // notBefore is now minus this
 
 	mu       sync.Mutex
 	requests map[string]csrclient.Request // by CSR name
@@ -125,7 +129,7 @@ func (f *fakeCSRs) wait(ctx context.Context, _ kubernetes.Interface, csr *certv1
 	if err != nil {
 		return nil, err
 	}
-	return f.ca.issue(f.t, r.Template, r.Key.Public(), f.clk.Now(), f.lifetime), nil
+	return f.ca.issue(f.t, r.Template, r.Key.Public(), f.clk.Now().Add(-f.backdate), f.lifetime), nil
 }
 
 func (f *fakeCSRs) submitted() []string {
@@ -176,7 +180,11 @@ func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 		csrs = &fakeCSRs{t: t, ca: newTestCA(t), clk: h.clk, lifetime: time.Hour, requests: map[string]csrclient.Request{}}
 	}
 	h.clk, h.csrs = csrs.clk, csrs
-	a, err := newAgent(Options{Config: cfg, Clock: h.clk, Ready: func(m, hl string) { h.metrics, h.health = m, hl }}, deps{
+	a, err := newAgent(Options{Config: cfg, Clock: h.clk, Ready: func(m, hl string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.metrics, h.health = m, hl
+	}}, deps{
 		submit: csrs.submit, wait: csrs.wait, rnd: func() float64 { return 0.5 },
 		restConfig: func(string) (*rest.Config, error) { return &rest.Config{Host: "https://127.0.0.1:1"}, nil },
 		newClient: func(c *rest.Config) (kubernetes.Interface, error) {
@@ -634,4 +642,465 @@ func TestARepeatedErrorIsLoggedOnce(t *testing.T) {
 	if !strings.Contains(failures[0], `"error"`) || !strings.Contains(failures[0], "keyward-node-daemon-") || !strings.Contains(failures[0], `"reason"="API"`) {
 		t.Errorf("the log line lacks the error, the CSR name or the reason: %s", failures[0])
 	}
+}
+
+// A pending key file that holds no key (a torn write on a filesystem that
+// lost it, a hand edit) does not wedge the credential: the store sets it
+// aside and the agent gets a certificate for a new key.
+func TestAnUnreadablePendingKeyIsReplaced(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	store, err := certstore.New(cfg.StateDir, "daemon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Pending(DefaultKeyType); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.StateDir, "daemon-pending.key"), []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, nil)
+	h.run()
+	h.eventually("a certificate is issued", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
+}
+
+// A signer whose certificates are due for renewal as soon as they are
+// issued (a lifetime too short for the node's clock skew) does not make a
+// CSR after CSR: the agent writes the certificate, says so, and renews
+// with backoff.
+func TestACertificateDueAsSoonAsIssuedIsRenewedWithBackoff(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.csrs.backdate = 55 * time.Minute // of one hour: past the 70 % point at issue
+	h.run()
+	h.eventually("the schedule problem is counted", 0, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonSchedule)) == 1
+	})
+	if s := h.status("daemon"); s.Renewals != 1 || len(h.csrs.submitted()) != 1 {
+		t.Fatalf("%d renewals, %d CSRs without the clock moving, want 1 each", s.Renewals, len(h.csrs.submitted()))
+	}
+	h.eventually("the certificate is written", 0, func() bool { return h.agent.unready(h.agent.byName["daemon"]) == "" })
+	// After the backoff (at most retryInitial, 1s) the next renewal.
+	h.eventually("the next renewal after the backoff", 100*time.Millisecond, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonSchedule)) == 2
+	})
+	if n := len(h.csrs.submitted()); n != 2 {
+		t.Errorf("%d CSRs after one backoff, want 2", n)
+	}
+}
+
+// Every credential's series exist from the start (0 until a certificate
+// exists or is renewed), so that rate() and absent() alerts work on a node
+// that never got one.
+func TestCredentialSeriesExistBeforeTheFirstCertificate(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	families, err := h.agent.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"keyward_node_credential_expiration_seconds": false, "keyward_node_credential_renewals_total": false,
+		"keyward_node_trust_bundle_writes_total": false}
+	for _, f := range families {
+		if _, ok := want[f.GetName()]; ok {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "credential" && l.GetValue() == "daemon" || l.GetName() == "trust" && l.GetValue() == "registry" {
+						want[f.GetName()] = true
+					}
+				}
+			}
+		}
+	}
+	for name, found := range want {
+		if !found {
+			t.Errorf("%s is not exported for the configured credential or trust before any event", name)
+		}
+	}
+}
+
+// A CSR not issued within waitTimeout is reported with what holds it up:
+// no approval (an approver that never approves) or no certificate after
+// approval (a signer that never answers). The test is about the message.
+func TestATimeoutSaysWhatTheCSRWaitsFor(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		conditions []certv1.CertificateSigningRequestCondition
+		want       string
+	}{
+		{name: "a CSR nobody approved says it is not approved", want: "not approved"},
+		{name: "an approved CSR says the signer has not issued it", want: "approved, but signer keyward.dev/node-daemon has not issued",
+			conditions: []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved, Status: "True"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			store, err := certstore.New(cfg.StateDir, "daemon")
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, _, err := store.Pending(DefaultKeyType)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, err := csrclient.Name(csrclient.Request{SignerName: "keyward.dev/node-daemon",
+				Template: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "daemon:worker-1"}},
+				Usages:   []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}, Key: key, NamePrefix: "keyward-node-daemon-"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, cfg, nil)
+			h.objects = []runtime.Object{&certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:   certv1.CertificateSigningRequestSpec{SignerName: "keyward.dev/node-daemon"},
+				Status: certv1.CertificateSigningRequestStatus{Conditions: tc.conditions}}}
+			block := make(chan struct{})
+			defer close(block)
+			h.csrs.block = block
+			h.run()
+			h.eventually("the wait starts", 0, func() bool { return h.status("daemon").Pending == name })
+			h.eventually("the wait times out", time.Minute, func() bool { return h.status("daemon").Errors == 1 })
+			if got := h.status("daemon").LastError; !strings.Contains(got, name) || !strings.Contains(got, tc.want) {
+				t.Errorf("error %q does not name the CSR and say %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A trust selection that stays empty is said once at default verbosity,
+// not again each time a node identity rotation restarts the projection.
+func TestAnEmptyTrustSelectionIsSaidOnceAcrossIdentityRotations(t *testing.T) {
+	var mu sync.Mutex
+	said, passes := 0, 0 // at default verbosity; at any
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "No certificate in the selected") {
+			mu.Lock()
+			passes++
+			if strings.Contains(args, `"level"=0`) {
+				said++
+			}
+			mu.Unlock()
+		}
+	}, funcr.Options{Verbosity: 4})
+	count := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return said, passes
+	}
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	h := newHarness(t, cfg, nil)
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the empty selection is said", 0, func() bool { s, _ := count(); return s == 1 })
+	for i := 2; i <= 3; i++ {
+		_, before := count()
+		if err := h.agent.RenewNow(IdentityName); err != nil {
+			t.Fatal(err)
+		}
+		h.eventually("the identity is renewed", 0, func() bool { return h.status(IdentityName).Renewals == i })
+		h.eventually("the restarted projection made a pass", 0, func() bool { _, p := count(); return p > before })
+	}
+	if s, p := count(); s != 1 {
+		t.Errorf("the empty selection was said %d times at default verbosity (of %d passes), want once", s, p)
+	}
+}
+
+// A Denied or Failed CSR is a decision someone must change: the next
+// request (a new key, a new CSR) waits at least renewal.retryMax, and
+// longer after each further decision, so a fleet of nodes refused by
+// their approver does not make a CSR every few seconds each.
+func TestADecisionWaitsAtLeastRetryMax(t *testing.T) {
+	var mu sync.Mutex
+	var waits []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Renewing the credential failed") {
+			if i := strings.Index(args, `"retryIn"="`); i >= 0 {
+				mu.Lock()
+				waits = append(waits, strings.SplitN(args[i+len(`"retryIn"="`):], `"`, 2)[0])
+				mu.Unlock()
+			}
+		}
+	}, funcr.Options{})
+	cfg := testConfig(t.TempDir()) // retryInitial 1s, retryMax 8s, draws of 0.5: waits of 3/4 d
+	h := newHarness(t, cfg, nil)
+	deny := func(reason string) error {
+		return &csrclient.DecisionError{Name: "x", Type: certv1.CertificateDenied, Reason: reason, Message: "no"}
+	}
+	h.csrs.failWait = []error{deny("A"), errAPIDown, deny("B")}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("three tries failed", 500*time.Millisecond, func() bool { return h.status("daemon").Errors == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	// A denial: at least retryMax (8s → 6s); an API error in between: the
+	// ordinary backoff (second failure: 2s → 1.5s); the next denial: twice.
+	if want := []string{"6s", "1.5s", "12s"}; !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
+	}
+}
+
+// The bootstrap identity asks for what kubelet's client certificate has:
+// CN=system:node:<node>, O=system:nodes, digital signature and client
+// auth, plus key encipherment for an RSA key only.
+func TestTheIdentityRequestIsKubeletsClientRequest(t *testing.T) {
+	for _, tc := range []struct {
+		keyType string
+		want    []certv1.KeyUsage
+	}{
+		{"ECDSAP256", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}},
+		{"ED25519", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}},
+		{"RSA3072", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth, certv1.UsageKeyEncipherment}},
+		{"RSA4096", []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth, certv1.UsageKeyEncipherment}},
+	} {
+		t.Run("a "+tc.keyType+" identity key", func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.Kubeconfig = ""
+			cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap", KeyType: tc.keyType}
+			h := newHarness(t, cfg, nil)
+			r := h.agent.byName[IdentityName].request
+			if !slices.Equal(r.Usages, tc.want) {
+				t.Errorf("usages %v, want %v", r.Usages, tc.want)
+			}
+			if s := r.Template.Subject; s.CommonName != "system:node:worker-1" || !slices.Equal(s.Organization, []string{"system:nodes"}) ||
+				r.SignerName != certv1.KubeAPIServerClientKubeletSignerName {
+				t.Errorf("subject %v, signer %s", s, r.SignerName)
+			}
+		})
+	}
+}
+
+// An output directory that cannot be written is retried with backoff, but
+// does not hold up a renewal that is due: the pair in the state directory
+// (a bundle of its own) is renewed on time.
+func TestABrokenOutputDoesNotHoldUpTheRenewal(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	c := h.agent.byName["daemon"]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	// The output breaks after the start (a start with an unusable output
+	// directory stops at once, naming it): its path becomes a file.
+	out := filepath.Join(tmp, "out")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(recheckEvery)
+	h.eventually("the output failed", 0, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonOutput)) >= 1
+	})
+	notAfter := h.status("daemon").NotAfter
+	h.clk.SetTime(notAfter.Add(-5 * time.Minute)) // past the renewal point, still valid
+	h.eventually("the certificate is renewed", time.Second, func() bool { return h.status("daemon").Renewals == 2 })
+	if now := h.clk.Now(); !now.Before(notAfter) {
+		t.Errorf("renewed at %s, only after the certificate expired at %s", now, notAfter)
+	}
+}
+
+// While it waits for the renewal point the agent looks at the pair and
+// the output again every few minutes (timers stop while a VM is paused,
+// and an output removed by hand should not wait for the next renewal).
+func TestTheOutputIsRepairedWithinMinutesWhileWaiting(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	c := h.agent.byName["daemon"]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
+	out := filepath.Join(tmp, "out")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(recheckEvery)
+	h.eventually("the output is written again", 0, func() bool {
+		_, err := atomicdir.Read(out, "credential-bundle.pem")
+		return err == nil
+	})
+	if n := len(h.csrs.submitted()); n != 1 {
+		t.Errorf("%d CSRs, want 1 (the pair was valid)", n)
+	}
+}
+
+// Retries of a failing renewal do not each say "Waiting for the
+// certificate" at default verbosity: the failure was said once already.
+func TestRetriesDoNotRepeatTheWaitingLine(t *testing.T) {
+	var mu sync.Mutex
+	waiting := 0
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Waiting for the certificate") {
+			mu.Lock()
+			waiting++
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	h := newHarness(t, testConfig(t.TempDir()), nil)
+	h.csrs.failWait = []error{errAPIDown, errAPIDown, errAPIDown}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the certificate is issued after three failures", 100*time.Millisecond, func() bool { return h.status("daemon").Renewals == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if waiting != 1 {
+		t.Errorf("%d waiting lines at default verbosity for four tries, want 1", waiting)
+	}
+}
+
+// An identity issued already due for renewal (Schedule) is still put to
+// use at once: the credentials do not wait for the identity's backoff.
+func TestAnIdentityDueAsSoonAsIssuedIsUsedAtOnce(t *testing.T) {
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	h.csrs.backdate = 55 * time.Minute
+	h.run()
+	h.eventually("the identity is issued", 0, func() bool { return h.status(IdentityName).Renewals == 1 })
+	h.eventually("the credential is requested with it, the clock standing still", 0, func() bool {
+		return h.status("daemon").Renewals == 1
+	})
+}
+
+// When the node identity expires, the trust projection stops using it (its
+// requests would only be refused) and waits for the next identity,
+// keeping the last good file.
+func TestTrustProjectionStopsWhenTheIdentityExpires(t *testing.T) {
+	var mu sync.Mutex
+	stopped := 0
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "The node identity expired") {
+			mu.Lock()
+			stopped++
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	h := newHarness(t, cfg, nil)
+	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}}
+	h.runWith(klog.NewContext(context.Background(), logger))
+	h.eventually("the trust file is written", 0, func() bool {
+		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
+	})
+	block := make(chan struct{})
+	defer close(block)
+	h.csrs.mu.Lock()
+	h.csrs.block = block // the identity's renewal hangs
+	h.csrs.mu.Unlock()
+	h.clk.SetTime(h.status(IdentityName).NotAfter.Add(time.Minute))
+	h.eventually("the projection stops", 0, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stopped == 1
+	})
+	if _, err := atomicdir.Read(filepath.Join(tmp, "trust"), "ca-bundle.pem"); err != nil {
+		t.Errorf("the trust file is gone: %v", err)
+	}
+}
+
+// /readyz follows the output: once the written files are gone and cannot
+// be written again, the agent is no longer ready.
+func TestReadinessFollowsALostOutput(t *testing.T) {
+	tmp := t.TempDir()
+	h := newHarness(t, testConfig(tmp), nil)
+	h.run()
+	c := h.agent.byName["daemon"]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
+	out := filepath.Join(tmp, "out")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, nil, 0o600); err != nil { // a file where the directory was: unwritable
+		t.Fatal(err)
+	}
+	h.clk.Step(recheckEvery)
+	h.eventually("the output error is counted", 0, func() bool {
+		return value(t, h.agent.metrics.renewErrors.WithLabelValues("daemon", ReasonOutput)) >= 1
+	})
+	if why := h.agent.unready(c); why == "" {
+		t.Error("ready without its output")
+	}
+}
+
+// Run leaves no goroutine behind once ctx ends, with bootstrap, a
+// credential, a trust projection and an identity rotation.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	base := goruntime.NumGoroutine()
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	h := newHarness(t, cfg, nil)
+	h.run()
+	h.eventually("the credential is issued", 0, func() bool { return h.status("daemon").Renewals == 1 })
+	if err := h.agent.RenewNow(IdentityName); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the identity is renewed", 0, func() bool { return h.status(IdentityName).Renewals == 2 })
+	h.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for goruntime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := goruntime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after Run returned, %d before:\n%s", n, base, buf[:goruntime.Stack(buf, true)])
+	}
+}
+
+// A second agent on the same state directory (a rolling update with
+// surge) waits, saying so, until the first has stopped: two agents would
+// commit pairs and write outputs at the same time.
+func TestASecondAgentOnTheStateDirectoryWaits(t *testing.T) {
+	tmp := t.TempDir()
+	first := newHarness(t, testConfig(tmp), nil)
+	first.run()
+	first.eventually("the first agent has its certificate", 0, func() bool { return first.status("daemon").Renewals == 1 })
+
+	var mu sync.Mutex
+	waiting := false
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Another node agent holds the state directory") {
+			mu.Lock()
+			waiting = true
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	second := newHarness(t, testConfig(tmp), first.csrs)
+	second.runWith(klog.NewContext(context.Background(), logger))
+	second.eventually("the second agent waits", 0, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return waiting
+	})
+	second.mu.Lock()
+	serving := second.health != ""
+	second.mu.Unlock()
+	if serving {
+		t.Error("the second agent started serving while the first ran")
+	}
+	first.stop()
+	second.eventually("the second agent starts", lockPoll, func() bool {
+		second.mu.Lock()
+		defer second.mu.Unlock()
+		return second.health != ""
+	})
 }

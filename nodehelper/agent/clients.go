@@ -87,15 +87,22 @@ func (s *clientSource) forIdentity() kubernetes.Interface {
 // renewal, or nil while bootstrap has no valid identity yet, and a channel
 // closed at the next identity change.
 func (s *clientSource) current() (kubernetes.Interface, <-chan struct{}) {
+	c, changed, _ := s.currentUntil()
+	return c, changed
+}
+
+// currentUntil is current and when the client returned stops being valid:
+// the identity's notAfter (zero without bootstrap).
+func (s *clientSource) currentUntil() (kubernetes.Interface, <-chan struct{}, time.Time) {
 	if !s.bootstrap {
-		return s.base, nil
+		return s.base, nil, time.Time{}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.identity == nil || !s.clock.Now().Before(s.notAfter) {
-		return nil, s.changed
+		return nil, s.changed, time.Time{}
 	}
-	return s.identity, s.changed
+	return s.identity, s.changed, s.notAfter
 }
 
 // wait returns the client for a credential, waiting for a valid node

@@ -46,3 +46,29 @@ func TestReplacedIdentityClientsAreClosedOneRotationLater(t *testing.T) {
 		t.Error("the current client is not the newest identity's")
 	}
 }
+
+// The identity client talks to the bootstrap kubeconfig's server, trusts
+// its CA (file or inline) and server name, and authenticates with the
+// pair only: the bootstrap token is not carried over (KEP-266).
+func TestTheIdentityClientKeepsTheBootstrapServerAndCA(t *testing.T) {
+	var last *rest.Config
+	base := &rest.Config{Host: "https://10.0.0.1:6443", BearerToken: "abcdef.0123456789abcdef",
+		TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca"), CAFile: "/etc/ca.crt", ServerName: "api.internal"}}
+	s, err := newClientSource(testingclock.NewFakeClock(start), base, true, func(c *rest.Config) (kubernetes.Interface, error) {
+		last = c
+		return fake.NewClientset(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := &certstore.Pair{KeyPEM: []byte("key"), ChainPEM: []byte("chain"), Chain: []*x509.Certificate{{NotAfter: start.Add(time.Hour)}}}
+	if err := s.setIdentity(pair); err != nil {
+		t.Fatal(err)
+	}
+	if last.Host != base.Host || string(last.CAData) != "ca" || last.CAFile != "/etc/ca.crt" || last.ServerName != "api.internal" {
+		t.Errorf("identity client: host %s, CA %q %s, server name %s", last.Host, last.CAData, last.CAFile, last.ServerName)
+	}
+	if last.BearerToken != "" || string(last.CertData) != "chain" || string(last.KeyData) != "key" {
+		t.Errorf("identity client credentials: token %q, cert %q, key %q", last.BearerToken, last.CertData, last.KeyData)
+	}
+}

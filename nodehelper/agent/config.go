@@ -339,6 +339,11 @@ func (c *Configuration) Validate() error {
 		}
 		dirs[clean] = p.String()
 	}
+	if filepath.IsAbs(c.StateDir) {
+		// atomicdir links its names into the directory it writes: in the
+		// state directory they could replace a pair's current link.
+		dirs[filepath.Clean(c.StateDir)] = "stateDir"
+	}
 	names := map[string]bool{}
 	for i, cr := range c.Credentials {
 		p := field.NewPath("credentials").Index(i)

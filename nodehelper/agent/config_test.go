@@ -108,6 +108,8 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a usage given twice", "usages: [digital signature, server auth]", "usages: [server auth, server auth]", "credentials[1].usages[1]"},
 		{"a lifetime under 600 seconds", "expirationSeconds: 3600", "expirationSeconds: 60", "credentials[0].expirationSeconds"},
 		{"a relative output directory", "dir: /run/keyward/a", "dir: run/a", "credentials[0].output.dir"},
+		{"a credential writing the state directory", "dir: /run/keyward/a", "dir: /var/lib/keyward-node/", "credentials[0].output.dir"},
+		{"a trust file writing the state directory", "dir: /etc/keyward/registry", "dir: /var/lib/keyward-node", "trust[0].dir"},
 		{"two credentials writing one directory", "dir: /run/keyward/b", "dir: /run/keyward/a/", "credentials[1].output.dir"},
 		{"a key file in a subdirectory", "keyFile: key.pem", "keyFile: tls/key.pem", "credentials[1].output.keyFile"},
 		{"a key file named like the chain file", "keyFile: key.pem", "keyFile: chain.pem", "credentials[1].output.chainFile"},

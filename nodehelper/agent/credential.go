@@ -13,6 +13,10 @@ import (
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -27,6 +31,14 @@ func (e *renewError) Unwrap() error { return e.err }
 
 func failed(reason string, err error) error { return &renewError{reason: reason, err: err} }
 
+// decisionRetryMax caps the wait after consecutive Denied or Failed CSRs
+// (unless renewal.retryMax is longer).
+const decisionRetryMax = time.Hour
+
+// recheckEvery bounds one sleep until a renewal: the pair, its expiry and
+// the output are looked at again at least this often.
+const recheckEvery = 5 * time.Minute
+
 // errWaitTimeout ends one wait for issuance after renewal.waitTimeout.
 var errWaitTimeout = errors.New("wait timeout")
 
@@ -37,6 +49,9 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 	logger := klog.FromContext(ctx).WithValues("credential", c.name)
 	ctx = klog.NewContext(ctx, logger)
 	bo := backoff{initial: a.cfg.Renewal.RetryInitial.Duration, max: a.cfg.Renewal.RetryMax.Duration, rnd: a.deps.rnd}
+	// A Denied or Failed CSR waits for someone to change a decision: the
+	// next request comes after at least retryMax, doubling up to an hour.
+	decisions := backoff{initial: a.cfg.Renewal.RetryMax.Duration, max: max(a.cfg.Renewal.RetryMax.Duration, decisionRetryMax), rnd: a.deps.rnd}
 	var scheduled []byte // the leaf renewAt was drawn for
 	due := false         // a renewal failed: retry it, do not wait for renewAt
 	for ctx.Err() == nil {
@@ -46,12 +61,17 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 		}
 		if err == nil {
 			bo.reset()
+			decisions.reset()
 			due = false
 			c.problem = ""
 			continue
 		}
 		due = renewing
 		d := bo.next()
+		var re *renewError
+		if errors.As(err, &re) && (re.reason == ReasonDenied || re.reason == ReasonFailed) {
+			d = max(d, decisions.next())
+		}
 		a.failed(ctx, c, err, d)
 		if !a.sleep(ctx, d, c.kick) {
 			return
@@ -92,15 +112,10 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 	}
 	if pair != nil {
 		leaf := pair.Chain[0]
-		if c.identity && !bytes.Equal(c.identityFor, leaf.Raw) {
-			if err := a.clients.setIdentity(pair); err != nil {
-				return false, failed(ReasonStore, err)
-			}
-			c.identityFor = leaf.Raw
+		if err := a.useIdentity(c, pair); err != nil {
+			return false, err
 		}
-		if err := a.ensureOutput(ctx, c, pair); err != nil {
-			return false, failed(ReasonOutput, err)
-		}
+		outErr := a.ensureOutput(ctx, c, pair)
 		if !bytes.Equal(*scheduled, leaf.Raw) {
 			at := renewAt(leaf, a.deps.rnd)
 			a.mu.Lock()
@@ -118,9 +133,28 @@ func (a *Agent) step(ctx context.Context, c *credential, scheduled *[]byte, due 
 		a.mu.Lock()
 		at := c.renewAt
 		a.mu.Unlock()
+		if outErr != nil {
+			if at.After(now) && !due {
+				return false, failed(ReasonOutput, outErr)
+			}
+			// A broken output does not hold up a renewal that is due: the
+			// state directory's pair would run out too.
+			a.noteFailure(ctx, c, failed(ReasonOutput, outErr))
+		}
 		if d := at.Sub(now); d > 0 && !due {
-			if !a.sleep(ctx, d, c.kick) {
+			// At most recheckEvery at a time, then a fresh pass: timers
+			// stop while a VM is paused or suspended (the pair may have run
+			// out meanwhile), and a removed output is repaired in minutes.
+			timer := a.clock.NewTimer(min(d, recheckEvery))
+			defer timer.Stop()
+			select {
+			case <-ctx.Done():
 				return false, nil
+			case <-timer.C():
+				if a.clock.Now().Before(at) {
+					return false, nil
+				}
+			case <-c.kick:
 			}
 		}
 	}
@@ -145,6 +179,7 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	}
 	key, resumed, err := c.store.Pending(c.keyType)
 	if err != nil {
+		// A pending file that holds no key is the store's to set aside.
 		return failed(ReasonStore, fmt.Errorf("loading or creating the pending key: %w", err))
 	}
 	req := c.request
@@ -173,7 +208,12 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	a.mu.Lock()
 	c.status.Pending = csr.Name
 	a.mu.Unlock()
-	logger.Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
+	// Said once; while retrying a failure (said already) only at V(4).
+	v := 0
+	if c.problem != "" {
+		v = 4
+	}
+	logger.V(v).Info("Waiting for the certificate", "csr", csr.Name, "signerName", c.request.SignerName, "resumed", resumed)
 
 	waitCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -203,7 +243,8 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 			// The same key asks again under the same name.
 			return failed(ReasonDeleted, fmt.Errorf("CSR %s: %w", csr.Name, err))
 		case errors.Is(context.Cause(waitCtx), errWaitTimeout):
-			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s; it is looked up again at the next try", csr.Name, a.cfg.Renewal.WaitTimeout.Duration))
+			return failed(ReasonTimeout, fmt.Errorf("CSR %s not issued within %s: %s; it is looked up again at the next try",
+				csr.Name, a.cfg.Renewal.WaitTimeout.Duration, holdUp(ctx, client, csr.Name, c.request.SignerName)))
 		}
 		return failed(ReasonAPI, fmt.Errorf("waiting for CSR %s: %w", csr.Name, err))
 	}
@@ -233,12 +274,64 @@ func (a *Agent) renew(ctx context.Context, c *credential) error {
 	a.metrics.renewals.WithLabelValues(c.name).Inc()
 	a.metrics.expiration.WithLabelValues(c.name).Set(float64(leaf.NotAfter.Unix()))
 	kv := []any{"csr", csr.Name, "notBefore", leaf.NotBefore, "notAfter", leaf.NotAfter, "path", pair.Path}
+	lifetime := leaf.NotAfter.Sub(leaf.NotBefore)
+	if earliest := leaf.NotBefore.Add(time.Duration(float64(lifetime) * renewFrom)); !earliest.After(a.clock.Now()) {
+		// Already due: renewing at once would make CSR after CSR. The pair
+		// is kept and written; the next renewal waits for the backoff.
+		logger.Info("Certificate issued", kv...)
+		if err := a.useIdentity(c, pair); err != nil {
+			return err
+		}
+		if err := a.ensureOutput(ctx, c, pair); err != nil {
+			return failed(ReasonOutput, err)
+		}
+		return failed(ReasonSchedule, fmt.Errorf("certificates of signer %s are due for renewal as soon as issued "+
+			"(lifetime %s, more than %.0f %% of it past at issue): the lifetime is too short or this node's clock is off; renewing with backoff",
+			c.request.SignerName, lifetime, renewFrom*100))
+	}
 	if c.problem != "" {
 		kv = append(kv, "after", c.problem)
 		c.problem = ""
 	}
 	logger.Info("Certificate issued", kv...)
 	return nil
+}
+
+// useIdentity gives the clients a new identity pair (c is the bootstrap
+// identity); other credentials do nothing.
+func (a *Agent) useIdentity(c *credential, pair *certstore.Pair) error {
+	if !c.identity || bytes.Equal(c.identityFor, pair.Chain[0].Raw) {
+		return nil
+	}
+	if err := a.clients.setIdentity(pair); err != nil {
+		return failed(ReasonStore, err)
+	}
+	c.identityFor = pair.Chain[0].Raw
+	return nil
+}
+
+// holdUp says what CSR name waits for: an approval, or the signer's
+// certificate once approved (or why that cannot be read).
+func holdUp(ctx context.Context, client kubernetes.Interface, name, signerName string) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// List it as the wait does (by metadata.name), not Get: an identity
+	// that may get but not list CSRs waits in vain, and this says why.
+	list, err := client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return fmt.Sprintf("listing it as the wait does failed (the identity needs list and watch on certificatesigningrequests): %v", err)
+	}
+	if len(list.Items) == 0 {
+		return "it no longer exists"
+	}
+	csr := &list.Items[0]
+	for _, cond := range csr.Status.Conditions {
+		if cond.Type == certv1.CertificateApproved && cond.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("approved, but signer %s has not issued it (is the signer running?)", signerName)
+		}
+	}
+	return fmt.Sprintf("not approved (is an approver for signer %s running, and does it accept this request?)", signerName)
 }
 
 // discard drops the pending key so that the next try makes a new one
@@ -310,6 +403,9 @@ func (a *Agent) ensureOutput(ctx context.Context, c *credential, pair *certstore
 	if !outputMatches(c.output.Dir, files) {
 		err := atomicdir.Write(c.output.Dir, files, atomicdir.Options{UID: owner(c.output.UID), GID: owner(c.output.GID)})
 		if err != nil {
+			a.mu.Lock()
+			c.written = false
+			a.mu.Unlock()
 			return fmt.Errorf("writing the credential files to %s: %w", c.output.Dir, err)
 		}
 		klog.FromContext(ctx).Info("Credential files written", "dir", c.output.Dir, "notAfter", pair.Chain[0].NotAfter)

@@ -16,6 +16,7 @@ const (
 	ReasonInvalid  = "Invalid"  // the issued chain is unusable (key mismatch, expired)
 	ReasonStore    = "Store"    // reading or writing the state directory failed
 	ReasonOutput   = "Output"   // writing the output files failed
+	ReasonSchedule = "Schedule" // the certificate issued was due for renewal at once
 )
 
 // metrics are the agent's, in its own registry (prefix keyward_node_);

@@ -68,7 +68,9 @@ type Options struct {
 	UID, GID int
 
 	// OnChange, if set, runs after each write that changed the file;
-	// its error is logged, the file stays. See CommandHook.
+	// its error is logged, the file stays. Its context does not end with
+	// Run's (a stopped projector lets it finish), so it must bound itself,
+	// as CommandHook does.
 	OnChange func(ctx context.Context) error
 	// Synced, if set, is told the outcome of each pass (tests).
 	Synced func(Outcome)
@@ -144,8 +146,21 @@ func New(opts Options) (*Projector, error) {
 	return &Projector{opts: opts, trigger: make(chan struct{}, 1)}, nil
 }
 
+// RunWith is Run with client in place of Options.Client, for one who runs
+// the projector anew with another client (the node agent, after each node
+// identity rotation). What the projector said is kept from one run to the
+// next, so a problem that persists is not said again at default verbosity.
+// Runs must not overlap.
+func (p *Projector) RunWith(ctx context.Context, client kubernetes.Interface) error {
+	if client == nil {
+		return fmt.Errorf("%w: a client is required", ErrInvalidOptions)
+	}
+	p.opts.Client = client
+	return p.Run(ctx)
+}
+
 // Run projects until ctx ends. It returns nil then, or an error when the
-// informers could not start.
+// informers could not start. It may be called again once it returned.
 func (p *Projector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// The file a previous run left is the last good one.
@@ -321,7 +336,10 @@ func (p *Projector) sync(ctx context.Context) error {
 	p.recovered(ctx)
 	logger.Info("Trust file written", "path", filepath.Join(p.opts.Dir, p.opts.FileName), "version", version, "bundles", names, "certificates", bytes.Count(data, []byte("-----BEGIN")))
 	if p.opts.OnChange != nil {
-		if err := p.opts.OnChange(ctx); err != nil {
+		// The file is written: a hook cut short by the end of ctx would
+		// never run again (the next run finds the file unchanged), so it
+		// runs to its end, bounded by its own timeout.
+		if err := p.opts.OnChange(context.WithoutCancel(ctx)); err != nil {
 			logger.Error(err, "Trust file change hook failed; the file stays")
 		}
 	}
