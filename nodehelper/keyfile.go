@@ -4,10 +4,11 @@ import (
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/keyward/keyward/nodehelper/atomicdir"
 )
 
 // MarshalPrivateKeyPEM encodes key as one PKCS#8 "PRIVATE KEY" PEM block,
@@ -65,20 +66,5 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode, overwrite bool)
 	if err != nil {
 		return fmt.Errorf("placing %s: %w", path, err)
 	}
-	return SyncDir(dir)
-}
-
-// SyncDir fsyncs the directory dir, so that entries just created, renamed
-// or removed in it survive a crash. A file system that cannot sync a
-// directory (os.ErrInvalid) is no error.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s to sync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return atomicdir.SyncDir(dir)
 }

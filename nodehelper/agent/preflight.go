@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/nodehelper/atomicdir"
 )
 
 // checkDirs makes the state, output and trust directories (as certstore and
@@ -44,7 +44,7 @@ func writableDir(path string, perm os.FileMode) error {
 			return fmt.Errorf("making the directory: %w", err)
 		}
 		// As certstore does: the new directory survives a crash.
-		if err := nodehelper.SyncDir(filepath.Dir(path)); err != nil {
+		if err := atomicdir.SyncDir(filepath.Dir(path)); err != nil {
 			return err
 		}
 	}

@@ -112,7 +112,7 @@ func write(dir string, files map[string]File, opts Options, h hooks) error {
 			return err
 		}
 	}
-	if err := syncDir(tsDir); err != nil {
+	if err := SyncDir(tsDir); err != nil {
 		return err
 	}
 	if h.beforeSwap != nil {
@@ -149,7 +149,7 @@ func write(dir string, files map[string]File, opts Options, h hooks) error {
 			return fmt.Errorf("removing stale link %s: %w", name, err)
 		}
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return err
 	}
 	return removeOldDirs(dir, filepath.Base(tsDir))
@@ -235,13 +235,17 @@ func ensureLink(dir, name string) error {
 	return nil
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs the directory dir, so that entries just created, renamed
+// or removed in it survive a crash. A file system that cannot sync a
+// directory (os.ErrInvalid) is no error. It is the one directory fsync of
+// the node helper's packages (nodehelper.WriteFileAtomic, certstore).
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("opening %s to sync: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
 		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil

@@ -41,6 +41,7 @@ import (
 
 	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/nodehelper/atomicdir"
 )
 
 // DefaultKeep is how many pairs a Store keeps when Keep is 0.
@@ -319,7 +320,7 @@ func (s *Store) DiscardPending() error {
 		}
 		return fmt.Errorf("removing the pending key: %w", err)
 	}
-	return nodehelper.SyncDir(s.dir)
+	return atomicdir.SyncDir(s.dir)
 }
 
 // Commit stores key with chainPEM (PEM, leaf first) as the current pair:
@@ -395,7 +396,7 @@ func (s *Store) swapCurrent(target string) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("swapping the current pair link %s: %w", cur, err)
 	}
-	return nodehelper.SyncDir(s.dir)
+	return atomicdir.SyncDir(s.dir)
 }
 
 func (s *Store) removePendingIf(key crypto.Signer) error {
@@ -450,7 +451,7 @@ func (s *Store) prune() error {
 			return fmt.Errorf("pruning: %w", err)
 		}
 	}
-	return nodehelper.SyncDir(s.dir)
+	return atomicdir.SyncDir(s.dir)
 }
 
 // isPairFile says n is <name>-<timestamp>.pem.
@@ -492,7 +493,7 @@ func (s *Store) ensureDir() error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("making the certificate store directory: %w", err)
 	}
-	return nodehelper.SyncDir(filepath.Dir(s.dir))
+	return atomicdir.SyncDir(filepath.Dir(s.dir))
 }
 
 // checkDir refuses (ErrUnsafeDir) a directory another user could write
