@@ -94,9 +94,6 @@ type Pair struct {
 	Path string
 }
 
-// Leaf is the pair's certificate.
-func (p *Pair) Leaf() *x509.Certificate { return p.Chain[0] }
-
 // New returns the store called name in dir. name must be a DNS label
 // ([a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters). It does no I/O:
 // the directory is made (0700) when a file is first written.
