@@ -10,11 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"io"
-	"net"
-	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,12 +250,12 @@ func TestCSRClientRoundTrip(t *testing.T) {
 
 	t.Run("a Wait whose connections to the apiserver are cut resumes and returns the chain", func(t *testing.T) {
 		c := submit(t, request(t, nil))
-		p := startCSRClientProxy(t, cp.AdminConfig().Host)
+		p := apiProxy(t)
 		cfg, err := cp.NodeConfig(node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Host = "https://" + p.addr
+		cfg.Host = p.URL()
 		waited := waitWith(clientFor(t, cfg, nil), c)
 		// Cut once Wait is connected (listing or watching), so that an
 		// open request breaks.
@@ -269,13 +264,13 @@ func TestCSRClientRoundTrip(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("Wait never connected: %v", err)
 		}
-		p.cut() // existing connections closed, new ones refused
+		p.Cut() // existing connections closed, new ones refused
 		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			return p.refused.Load() >= 2, nil // it tried again, and again
 		}); err != nil {
 			t.Fatalf("Wait never reconnected: %v", err)
 		}
-		p.restore()
+		p.Restore()
 		approve(t, ctx, c)
 		res := <-waited
 		if res.err != nil {
@@ -383,72 +378,4 @@ func TestCSRClientRoundTrip(t *testing.T) {
 			}
 		})
 	}
-}
-
-// csrclientProxy forwards TCP connections to the apiserver until cut: then it
-// closes them and refuses new ones (counting them) until restored.
-type csrclientProxy struct {
-	addr              string
-	accepted, refused atomic.Int32
-	mu                sync.Mutex
-	down              bool
-	conns             []net.Conn
-}
-
-func startCSRClientProxy(t *testing.T, upstreamURL string) *csrclientProxy {
-	t.Helper()
-	u, err := url.Parse(upstreamURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &csrclientProxy{addr: l.Addr().String()}
-	t.Cleanup(func() { l.Close(); p.cut() })
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				p.refused.Add(1)
-				in.Close()
-				continue
-			}
-			out, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			p.accepted.Add(1)
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *csrclientProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *csrclientProxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
 }

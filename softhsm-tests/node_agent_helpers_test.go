@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,15 +188,22 @@ func waitAuthenticatesAs(t *testing.T, ctx context.Context, cfg *rest.Config, us
 
 // tcpProxy forwards TCP connections from Addr to a target. Stop refuses new
 // connections and cuts existing ones; Start listens on the same address
-// again. TLS goes through untouched, so clients verify the apiserver's own
-// certificate (it names 127.0.0.1).
+// again. Cut also cuts them, but keeps listening and closes each new
+// connection at once, counting it (refused), until Restore. TLS goes through
+// untouched, so clients verify the apiserver's own certificate (it names
+// 127.0.0.1).
 type tcpProxy struct {
 	t      *testing.T
 	target string
 	Addr   string
 
+	// accepted counts the connections forwarded, refused those closed
+	// while cut.
+	accepted, refused atomic.Int32
+
 	mu    sync.Mutex
 	ln    net.Listener
+	down  bool
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -255,12 +263,38 @@ func (p *tcpProxy) Stop() {
 	p.wg.Wait()
 }
 
+// Cut closes every forwarded connection and, until Restore, each new one
+// as soon as it is accepted.
+func (p *tcpProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restore forwards new connections again after Cut.
+func (p *tcpProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
 func (p *tcpProxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
 		in, err := ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			p.refused.Add(1)
+			in.Close()
+			continue
 		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -276,6 +310,7 @@ func (p *tcpProxy) accept(ln net.Listener) {
 		}
 		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
 		p.mu.Unlock()
+		p.accepted.Add(1)
 		p.wg.Add(2)
 		pipe := func(dst, src net.Conn) {
 			defer p.wg.Done()
