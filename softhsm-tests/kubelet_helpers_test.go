@@ -1,7 +1,6 @@
 package softhsmtests
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,8 +9,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -260,21 +257,9 @@ func whoAmI(ctx context.Context, cert *tls.Certificate) (authnv1.UserInfo, error
 // hands kubernetes.io/kube-apiserver-client-kubelet to keyward must do.
 func trustClientCA(t *testing.T, ctx context.Context, root *x509.Certificate, cert *tls.Certificate, want string) {
 	t.Helper()
-	path := filepath.Join(cp.Dir, "pki", "ca.crt")
-	orig, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, append(bytes.Clone(orig), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.WriteFile(path, orig, 0o600); err != nil {
-			t.Errorf("restoring the apiserver's client CA file: %v", err)
-		}
-	})
+	trustClientRoot(t, root)
 	var last error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		var u authnv1.UserInfo
 		u, last = whoAmI(ctx, cert)
 		if last != nil {

@@ -431,9 +431,10 @@ func selfNodeClient(t *testing.T, ctx context.Context) {
 	})
 }
 
-// trustClientRoot adds root to the apiserver's --client-ca-file until the
-// test ends (trustClientCA without its wait: the apiserver reloads the file
-// on its own, and the test proves acceptance by what the agent does).
+// trustClientRoot adds root to the apiserver's --client-ca-file (which it
+// reloads when the file changes) until the test ends. trustClientCA adds a
+// wait for a certificate to be accepted; the node agent tests prove
+// acceptance by what the agent does.
 func trustClientRoot(t *testing.T, root *x509.Certificate) {
 	t.Helper()
 	path := filepath.Join(cp.Dir, "pki", "ca.crt")
