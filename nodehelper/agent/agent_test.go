@@ -828,8 +828,9 @@ func TestADecisionWaitsAtLeastRetryMax(t *testing.T) {
 			}
 		}
 	}, funcr.Options{})
-	cfg := testConfig(t.TempDir()) // retryInitial 1s, retryMax 8s, draws of 0.5: waits of 3/4 d
+	cfg := testConfig(t.TempDir()) // retryInitial 1s, retryMax 8s
 	h := newHarness(t, cfg, nil)
+	h.agent.deps.rnd = func() float64 { return 0 } // the shortest draw of each jittered wait
 	deny := func(reason string) error {
 		return &csrclient.DecisionError{Name: "x", Type: certv1.CertificateDenied, Reason: reason, Message: "no"}
 	}
@@ -838,9 +839,10 @@ func TestADecisionWaitsAtLeastRetryMax(t *testing.T) {
 	h.eventually("three tries failed", 500*time.Millisecond, func() bool { return h.status("daemon").Errors == 3 })
 	mu.Lock()
 	defer mu.Unlock()
-	// A denial: at least retryMax (8s → 6s); an API error in between: the
-	// ordinary backoff (second failure: 2s → 1.5s); the next denial: twice.
-	if want := []string{"6s", "1.5s", "12s"}; !slices.Equal(waits, want) {
+	// A denial: retryMax even at the shortest draw; an API error in
+	// between: the ordinary backoff (second failure: 2s, drawn down to 1s);
+	// the next denial: twice the first.
+	if want := []string{"8s", "1s", "16s"}; !slices.Equal(waits, want) {
 		t.Errorf("waits %v, want %v", waits, want)
 	}
 }

@@ -51,7 +51,8 @@ func (a *Agent) runCredential(ctx context.Context, c *credential) {
 	bo := backoff{initial: a.cfg.Renewal.RetryInitial.Duration, max: a.cfg.Renewal.RetryMax.Duration, rnd: a.deps.rnd}
 	// A Denied or Failed CSR waits for someone to change a decision: the
 	// next request comes after at least retryMax, doubling up to an hour.
-	decisions := backoff{initial: a.cfg.Renewal.RetryMax.Duration, max: max(a.cfg.Renewal.RetryMax.Duration, decisionRetryMax), rnd: a.deps.rnd}
+	// (backoff draws from [d/2, d]: d starts at twice retryMax.)
+	decisions := backoff{initial: 2 * a.cfg.Renewal.RetryMax.Duration, max: max(2*a.cfg.Renewal.RetryMax.Duration, decisionRetryMax), rnd: a.deps.rnd}
 	var scheduled []byte // the leaf renewAt was drawn for
 	due := false         // a renewal failed: retry it, do not wait for renewAt
 	for ctx.Err() == nil {
