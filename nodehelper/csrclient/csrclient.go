@@ -282,6 +282,11 @@ func Wait(ctx context.Context, c kubernetes.Interface, req *certv1.CertificateSi
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
+			// A consistent read, not the watch cache's "any" (the
+			// reflector's resourceVersion 0), which may predate the CSR
+			// Submit just created: absence from this list then means it
+			// is gone (as in nodehelper.WaitForTerminal).
+			o.ResourceVersion, o.ResourceVersionMatch = "", ""
 			return csrs.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {

@@ -1,6 +1,7 @@
 package csrclient
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,10 +13,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func baseRequest(t *testing.T) Request {
@@ -160,5 +165,33 @@ func TestWaitAnswersAtOnceForADecidedCSR(t *testing.T) {
 				t.Fatalf("Wait error %#v, want a %s DecisionError", err, tc.wantType)
 			}
 		})
+	}
+}
+
+// Wait's first list is a consistent read: a list from the watch cache
+// (resourceVersion "0", "any") may predate the CSR Submit has just created,
+// and its absence there would be taken for a deletion (ErrDeleted), as
+// nodehelper.WaitForTerminal already guards against.
+func TestWaitDoesNotTakeAStaleListForADeletion(t *testing.T) {
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	issued := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u1"},
+		Status:     certv1.CertificateSigningRequestStatus{Certificate: []byte("chain")},
+	}
+	c := fake.NewClientset(issued)
+	c.PrependReactor("list", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.ListActionImpl).ListOptions.ResourceVersion == "0" {
+			// The watch cache, a moment behind the CSR's creation (its
+			// ADDED event is not delivered before Wait looks).
+			return true, &certv1.CertificateSigningRequestList{ListMeta: metav1.ListMeta{ResourceVersion: "999"}}, nil
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// As Submit returned it: created, not issued yet.
+	cert, err := Wait(ctx, c, &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u1"}})
+	if err != nil || string(cert) != "chain" {
+		t.Fatalf("Wait = %q, %v; want the issued chain", cert, err)
 	}
 }
