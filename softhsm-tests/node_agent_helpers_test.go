@@ -35,7 +35,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
@@ -132,13 +131,8 @@ func tokenConfig(server string, tok bootstrapToken) *rest.Config {
 // with for TLS bootstrap: server, the cluster CA, the token.
 func writeBootstrapKubeconfig(t *testing.T, server string, tok bootstrapToken) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["keyward-test"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cp.AdminConfig().CAData}
-	kc.AuthInfos["tls-bootstrap-token-user"] = &clientcmdapi.AuthInfo{Token: tok.String()}
-	kc.Contexts["tls-bootstrap-token-user@keyward-test"] = &clientcmdapi.Context{Cluster: "keyward-test", AuthInfo: "tls-bootstrap-token-user"}
-	kc.CurrentContext = "tls-bootstrap-token-user@keyward-test"
 	path := filepath.Join(t.TempDir(), "bootstrap-kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := controlplane.WriteKubeconfig(tokenConfig(server, tok), "tls-bootstrap-token-user", path); err != nil {
 		t.Fatal(err)
 	}
 	return path
