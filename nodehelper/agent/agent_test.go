@@ -172,6 +172,28 @@ func testConfig(tmp string) *Configuration {
 	return cfg
 }
 
+// bootstrapTrustConfig is testConfig with a bootstrap kubeconfig instead of
+// the node's and a trust entry "registry" projecting the ClusterTrustBundle
+// registry-ca (registryCA), defaulted; watch-list is off for the fake
+// clientset (see TestTrustEntriesAreProjectedWithMetrics).
+func bootstrapTrustConfig(t *testing.T) *Configuration {
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	cfg.Kubeconfig = ""
+	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
+	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
+	cfg.Default()
+	return cfg
+}
+
+// registryCA is the ClusterTrustBundle bootstrapTrustConfig's trust entry
+// projects: the harness CA's certificate.
+func registryCA(h *harness) *certv1.ClusterTrustBundle {
+	return &certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
+		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}
+}
+
 func newHarness(t *testing.T, cfg *Configuration, csrs *fakeCSRs) *harness {
 	t.Helper()
 	h := &harness{t: t, cfg: cfg}
@@ -383,16 +405,9 @@ func TestErrorsKeepTheFilesBackOffAndRecover(t *testing.T) {
 // with a client built from the identity pair (the bootstrap kubeconfig's
 // server, the pair as client certificate).
 func TestBootstrapGetsTheIdentityThenUsesIt(t *testing.T) {
-	tmp := t.TempDir()
-	cfg := testConfig(tmp)
-	cfg.Kubeconfig = ""
-	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
-	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
-	cfg.Default()
-	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	cfg := bootstrapTrustConfig(t)
 	h := newHarness(t, cfg, nil)
-	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
-		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}}
+	h.objects = []runtime.Object{registryCA(h)}
 	h.run()
 	h.eventually("both certificates are issued", 0, func() bool {
 		return h.status(IdentityName).Renewals == 1 && h.status("daemon").Renewals == 1
@@ -789,13 +804,7 @@ func TestAnEmptyTrustSelectionIsSaidOnceAcrossIdentityRotations(t *testing.T) {
 		defer mu.Unlock()
 		return said, passes
 	}
-	tmp := t.TempDir()
-	cfg := testConfig(tmp)
-	cfg.Kubeconfig = ""
-	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
-	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
-	cfg.Default()
-	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	cfg := bootstrapTrustConfig(t)
 	h := newHarness(t, cfg, nil)
 	h.runWith(klog.NewContext(context.Background(), logger))
 	h.eventually("the empty selection is said", 0, func() bool { s, _ := count(); return s == 1 })
@@ -984,16 +993,9 @@ func TestTrustProjectionStopsWhenTheIdentityExpires(t *testing.T) {
 			mu.Unlock()
 		}
 	}, funcr.Options{})
-	tmp := t.TempDir()
-	cfg := testConfig(tmp)
-	cfg.Kubeconfig = ""
-	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
-	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
-	cfg.Default()
-	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
+	cfg := bootstrapTrustConfig(t)
 	h := newHarness(t, cfg, nil)
-	h.objects = []runtime.Object{&certv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"},
-		Spec: certv1.ClusterTrustBundleSpec{TrustBundle: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.csrs.ca.cert.Raw}))}}}
+	h.objects = []runtime.Object{registryCA(h)}
 	h.runWith(klog.NewContext(context.Background(), logger))
 	h.eventually("the trust file is written", 0, func() bool {
 		return value(t, h.agent.metrics.trustWrites.WithLabelValues("registry")) == 1
@@ -1009,7 +1011,7 @@ func TestTrustProjectionStopsWhenTheIdentityExpires(t *testing.T) {
 		defer mu.Unlock()
 		return stopped == 1
 	})
-	if _, err := atomicdir.Read(filepath.Join(tmp, "trust"), "ca-bundle.pem"); err != nil {
+	if _, err := atomicdir.Read(cfg.Trust[0].Dir, "ca-bundle.pem"); err != nil {
 		t.Errorf("the trust file is gone: %v", err)
 	}
 }
@@ -1042,14 +1044,8 @@ func TestReadinessFollowsALostOutput(t *testing.T) {
 // Run leaves no goroutine behind once ctx ends, with bootstrap, a
 // credential, a trust projection and an identity rotation.
 func TestRunLeavesNoGoroutines(t *testing.T) {
-	t.Setenv("KUBE_FEATURE_WatchListClient", "false") // see TestTrustEntriesAreProjectedWithMetrics
 	base := goruntime.NumGoroutine()
-	tmp := t.TempDir()
-	cfg := testConfig(tmp)
-	cfg.Kubeconfig = ""
-	cfg.Bootstrap = &Bootstrap{Kubeconfig: "/unused/bootstrap"}
-	cfg.Trust = []Trust{{Name: "registry", ClusterTrustBundleName: "registry-ca", Dir: filepath.Join(tmp, "trust")}}
-	cfg.Default()
+	cfg := bootstrapTrustConfig(t)
 	h := newHarness(t, cfg, nil)
 	h.run()
 	h.eventually("the credential is issued", 0, func() bool { return h.status("daemon").Renewals == 1 })
