@@ -417,20 +417,9 @@ func kubeletApprover(t *testing.T, ctx context.Context, profiles ...string) {
 	var signers strings.Builder
 	for _, p := range profiles {
 		fmt.Fprintf(&signers, "- {name: %s, profile: %s}\n", config.KubernetesSignerNames[p], p)
-		if p != config.ProfileKubeAPIServerClientKubelet {
-			continue
+		if p == config.ProfileKubeAPIServerClientKubelet {
+			selfNodeClient(t, ctx)
 		}
-		binding := uniqueName(t, "node-autoapprove-certificate-rotation")
-		if _, err := cp.AdminClient().RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: binding},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cp.AdminClient().RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
-		})
 	}
 	startApprover(t, signers.String())
 }
