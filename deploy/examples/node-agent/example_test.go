@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io"
 	"io/fs"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -275,18 +277,46 @@ func TestExampleAppliesAndTheNodeNeedsNoMoreRBAC(t *testing.T) {
 	}
 }
 
-// exampleRequest is the request the example's credential makes on node.
+// exampleRequest is the request the example's credential (agent.yaml's
+// first) makes on node: its names with ${NODE_NAME} replaced.
 func exampleRequest(t *testing.T, node string) *x509.CertificateRequest {
 	t.Helper()
-	u, err := url.Parse("spiffe://cluster.local/node/" + node + "/log-shipper")
-	if err != nil {
-		t.Fatal(err)
+	var cm *corev1.ConfigMap
+	for _, o := range objects(t) {
+		if o, ok := o.(*corev1.ConfigMap); ok {
+			cm = o
+		}
 	}
-	return &x509.CertificateRequest{URIs: []*url.URL{u}}
+	if cm == nil {
+		t.Fatal("the example has no ConfigMap")
+	}
+	t.Setenv("NODE_NAME", node)
+	cfg, err := agent.Parse([]byte(cm.Data["agent.yaml"]))
+	if err != nil {
+		t.Fatalf("agent.yaml: %v", err)
+	}
+	cr := cfg.Credentials[0]
+	fill := func(s string) string { return strings.ReplaceAll(s, "${NODE_NAME}", node) }
+	req := &x509.CertificateRequest{Subject: pkix.Name{CommonName: fill(cr.CommonName), Organization: cr.Organizations}}
+	for _, d := range cr.DNSNames {
+		req.DNSNames = append(req.DNSNames, fill(d))
+	}
+	for _, s := range cr.URIs {
+		u, err := url.Parse(fill(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URIs = append(req.URIs, u)
+	}
+	if len(cr.IPAddresses) > 0 {
+		t.Fatal("exampleRequest does not fill in IP addresses")
+	}
+	return req
 }
 
 // nodeDaemonsSigner is the signer entry docs/node-helper.md ("DaemonSet")
-// adds to the signer's configuration for the example's credential.
+// adds to the signer's configuration for the example's credential
+// (TestDocumentedSignerEntryAdmitsTheExample checks the doc still says it).
 const nodeDaemonsSigner = `- name: keyward.dev/node-daemons
   profile: csr
   csr:
@@ -302,6 +332,13 @@ const nodeDaemonsSigner = `- name: keyward.dev/node-daemons
 // validates; its rules admit the request the example's credential makes,
 // and keyward approver lets nodes ask.
 func TestDocumentedSignerEntryAdmitsTheExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/node-helper.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), nodeDaemonsSigner) {
+		t.Errorf("docs/node-helper.md no longer holds the signer entry this test checks:\n%s", nodeDaemonsSigner)
+	}
 	data, err := deploy.Base.ReadFile("base/signer.yaml")
 	if err != nil {
 		t.Fatal(err)
