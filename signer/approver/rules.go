@@ -101,17 +101,13 @@ func servingShape(csr *certificatesv1.CertificateSigningRequest, req *x509.Certi
 // configured suffixes and ranges; the first offending SAN is named.
 func (r *servingRules) servingSANs(req *x509.CertificateRequest, node *corev1.Node) *denial {
 	var dns []string
-	var ips []netip.Addr
 	for _, a := range node.Status.Addresses {
 		switch a.Type {
 		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
 			dns = append(dns, a.Address)
-		case corev1.NodeInternalIP, corev1.NodeExternalIP:
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				ips = append(ips, ip.Unmap())
-			}
 		}
 	}
+	ips := nodeAddrIPs(node)
 	for _, name := range req.DNSNames {
 		if !slices.ContainsFunc(dns, func(d string) bool { return strings.EqualFold(d, name) }) {
 			return deny(ReasonSANNotOnNode, "DNS subjectAltName %q is not a Hostname, InternalDNS or ExternalDNS address of Node %s", name, node.Name)
@@ -307,8 +303,9 @@ func boundURI(u *url.URL, node string, patterns []string) bool {
 	return false
 }
 
-// nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of node.
-func nodeIPs(req *x509.CertificateRequest, node *corev1.Node) *denial {
+// nodeAddrIPs is node's InternalIP and ExternalIP addresses (those that
+// parse), which an IP SAN must be among.
+func nodeAddrIPs(node *corev1.Node) []netip.Addr {
 	var ips []netip.Addr
 	for _, a := range node.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
@@ -317,6 +314,12 @@ func nodeIPs(req *x509.CertificateRequest, node *corev1.Node) *denial {
 			}
 		}
 	}
+	return ips
+}
+
+// nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of node.
+func nodeIPs(req *x509.CertificateRequest, node *corev1.Node) *denial {
+	ips := nodeAddrIPs(node)
 	for _, raw := range req.IPAddresses {
 		ip, ok := addrOf(raw)
 		if !ok {
