@@ -340,6 +340,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Go(func() { a.runTrust(ctx, a.cfg.Trust[i].Name, a.trusts[i]) })
 	}
 	wg.Wait()
+	logger.Info("Node agent stopped", "node", a.cfg.NodeName)
 	return nil
 }
 

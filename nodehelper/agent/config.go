@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -359,7 +360,10 @@ func (c *Configuration) Validate() error {
 		errs = append(errs, validateSignerName(cr.SignerName, p.Child("signerName"))...)
 		errs = append(errs, validateKeyType(cr.KeyType, p.Child("keyType"))...)
 		errs = append(errs, validateExpiration(cr.ExpirationSeconds, p.Child("expirationSeconds"))...)
-		expand := func(s string) string { return strings.ReplaceAll(s, NodeNameVariable, c.NodeName) }
+		// Without a node name (said above) check names as a node "node"
+		// would have them, so that the one mistake gives one error.
+		nodeName := cmp.Or(c.NodeName, "node")
+		expand := func(s string) string { return strings.ReplaceAll(s, NodeNameVariable, nodeName) }
 		if cr.CommonName == "" && len(cr.DNSNames) == 0 && len(cr.IPAddresses) == 0 && len(cr.URIs) == 0 {
 			errs = append(errs, field.Required(p.Child("commonName"), "a common name or a DNS name, IP address or URI"))
 		}

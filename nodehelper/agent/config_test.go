@@ -183,3 +183,24 @@ func TestNodeNameIsExpandedInTheRequest(t *testing.T) {
 		t.Errorf("template %+v", tmpl)
 	}
 }
+
+// A missing node name is one error: names holding ${NODE_NAME} are not
+// also reported invalid because the variable had nothing to expand to.
+func TestAMissingNodeNameIsOneError(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	_, err := Load("../../docs/node-agent-config.yaml")
+	var agg utilerrors.Aggregate
+	if !errors.As(err, &agg) {
+		t.Fatalf("Load: %v, want an aggregate of field errors", err)
+	}
+	var fields []string
+	for _, e := range agg.Errors() {
+		var fe *field.Error
+		if errors.As(e, &fe) {
+			fields = append(fields, fe.Field)
+		}
+	}
+	if len(fields) != 1 || fields[0] != "nodeName" {
+		t.Fatalf("errors at %v (%v), want only nodeName", fields, err)
+	}
+}

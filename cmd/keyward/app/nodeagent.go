@@ -19,11 +19,24 @@ func newNodeAgentCommand() *cobra.Command {
 		Short: "Keep node-daemon credentials (CSRs, crash-safe rotation) and trust files current on this node",
 		Long: `Runs the node agent (a DaemonSet, or a systemd unit on the host): for each credential in the
 NodeAgentConfiguration it keeps a key and certificate obtained by CertificateSigningRequest,
-renewed at 70-90 % of the lifetime, written atomically to the credential's directory; for each
-trust entry it projects ClusterTrustBundles to a trust file. With bootstrap it first obtains the
-node identity with a bootstrap token (KEP-266). Serves /metrics and /healthz. See
-docs/node-helper.md and docs/node-agent-config.yaml.`,
-		Args: cobra.NoArgs,
+renewed at 70-90 % of the lifetime, written atomically to the credential's output directory; for
+each trust entry it projects a signer's canary or live ClusterTrustBundles to a trust file.
+
+It talks to the apiserver as the kubeconfig the configuration names (the node's own, e.g.
+kubelet's), or with bootstrap first obtains a node identity with a bootstrap token (KEP-266),
+or else uses its in-cluster service account. Its state (keys, pairs, pending CSRs, a lock:
+one agent per directory) is in stateDir, default /var/lib/keyward-node.
+
+Serves /metrics (default 127.0.0.1:9465) and /healthz and /readyz (default 127.0.0.1:9466):
+/healthz fails while a credential is expired or still missing after its first try, /readyz
+until every credential's files are written. A configuration error, a kubeconfig that does not
+load or a directory it cannot use or make stops it at start with exit status 1 and the field's name;
+later errors are logged once, retried with backoff, and never touch the current files.
+
+See docs/node-helper.md (files, metrics, what each message means) and docs/node-agent-config.yaml
+(every field); the DaemonSet example is deploy/examples/node-agent.`,
+		Example: `  NODE_NAME=$(hostname) keyward node agent --config /etc/keyward/agent.yaml -v 4`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile == "" {
 				return fmt.Errorf("--config is required")
