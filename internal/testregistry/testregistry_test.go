@@ -3,8 +3,11 @@ package testregistry_test
 import (
 	"context"
 	"crypto"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
+	"math/big"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -218,5 +221,48 @@ func TestARegistryLimitedToES256RefusesOtherAlgorithms(t *testing.T) {
 	}
 	if code, _ := status(t, reg, testregistry.Repository, mint(t, rs, reg, nil)); code != http.StatusUnauthorized {
 		t.Fatalf("RS256 to an ES256-only registry: status %d, want 401", code)
+	}
+}
+
+// TestATokenKeyCertifiedByATrustedRootNeedsNoRegistryChange: with a root
+// in the rootcertbundle, a new token-signing key whose certificate that
+// root issued is accepted when the token carries the chain in x5c, so a
+// token key can rotate without touching the registry's configuration; by
+// kid alone it is not trusted (only the bundle's own keys have kids).
+func TestATokenKeyCertifiedByATrustedRootNeedsNoRegistryChange(t *testing.T) {
+	rootKey := fileKey(t, backends.ECDSAP256SHA256)
+	root := selfSign(t, rootKey)
+	reg := testregistry.Start(t, testregistry.Options{RootCerts: []*x509.Certificate{root}})
+
+	leafKey := fileKey(t, backends.ECDSAP256SHA256)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "keyward registry tokens gen-2"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, SignatureAlgorithm: rootKey.SignatureAlgorithm(),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, leafKey.Public(), rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*registrytoken.Token)
+		want int
+	}{
+		{name: "a token carrying the leaf and root pulls", want: http.StatusOK,
+			edit: func(tok *registrytoken.Token) { tok.Chain = []*x509.Certificate{leaf, root} }},
+		{name: "a token carrying the leaf alone pulls", want: http.StatusOK,
+			edit: func(tok *registrytoken.Token) { tok.Chain = []*x509.Certificate{leaf} }},
+		{name: "a token naming the leaf key by kid is refused", want: http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, challenge := status(t, reg, testregistry.Repository, mint(t, leafKey, reg, tc.edit)); code != tc.want {
+				t.Fatalf("status %d, want %d (WWW-Authenticate: %s)", code, tc.want, challenge)
+			}
+		})
 	}
 }
