@@ -279,7 +279,7 @@ func (c *Credential) get() (*tls.Certificate, error) {
 
 // Run checks the files every PollInterval until ctx ends and reloads them
 // when they changed. A failed reload keeps the current certificate; it is
-// logged and tried again at the next check.
+// logged once and tried again when the files change (or after a minute).
 func (c *Credential) Run(ctx context.Context) {
 	pollChanges(ctx, c.opts.PollInterval, c.paths(), &c.mu, &c.loadedF, c.reloadLocked, "credential bundle")
 }

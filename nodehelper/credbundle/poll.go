@@ -8,14 +8,21 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// retryFailedEvery is how often files that failed to load are read again
+// while they stay unchanged (a change is read at the next tick).
+const retryFailedEvery = time.Minute
+
 // pollChanges stats paths every interval until ctx ends and, when they differ
 // from what the last load read (*loaded), calls reloadLocked under mu. A
-// failed reload keeps what is current; it is logged and tried again at the
-// next tick.
+// failed reload keeps what is current and is logged once; the same files
+// are read again only when they change, or after retryFailedEvery, so a
+// broken bundle costs no busy re-reading and no log line per tick.
 func pollChanges(ctx context.Context, interval time.Duration, paths []string, mu *sync.Mutex, loaded *fingerprint, reloadLocked func() error, what string) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var failed fingerprint // the files the last failed reload read
+	var failedAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -23,14 +30,28 @@ func pollChanges(ctx context.Context, interval time.Duration, paths []string, mu
 		case <-t.C:
 		}
 		f, err := stat(paths)
+		if err != nil || (f == failed && time.Since(failedAt) < retryFailedEvery) {
+			continue
+		}
 		mu.Lock()
-		if err == nil && f != *loaded {
-			if err := reloadLocked(); err != nil {
-				logger.Error(err, "Keeping the current "+what)
-			} else {
-				logger.V(2).Info("Reloaded a changed "+what, "files", paths)
-			}
+		changed := f != *loaded
+		if changed {
+			err = reloadLocked()
 		}
 		mu.Unlock()
+		if !changed {
+			continue
+		}
+		switch {
+		case err == nil:
+			failed = fingerprint{}
+			logger.V(2).Info("Reloaded a changed "+what, "files", paths)
+		case f != failed:
+			failed, failedAt = f, time.Now()
+			logger.Error(err, "Keeping the current "+what+"; reading the files again when they change")
+		default:
+			failedAt = time.Now()
+			logger.V(2).Info("The "+what+" still does not load", "err", err)
+		}
 	}
 }
