@@ -25,7 +25,10 @@ func TestABrokenBundleIsReadAgainOnlyWhenItChanges(t *testing.T) {
 	reload := func() error { calls.Add(1); return errors.New("no PRIVATE KEY block") }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); pollChanges(ctx, time.Millisecond, []string{path}, &mu, &loaded, reload, "test bundle") }()
+	go func() {
+		defer close(done)
+		pollChanges(ctx, time.Millisecond, []string{path}, &mu, &loaded, reload, "test bundle")
+	}()
 	defer func() { cancel(); <-done }()
 
 	waitCalls := func(want int64) {

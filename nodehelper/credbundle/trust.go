@@ -100,8 +100,8 @@ func (p *TrustPool) pool() (*x509.CertPool, error) {
 }
 
 // Run checks the file every PollInterval until ctx ends and reloads it when
-// it changed. A failed reload keeps the current pool; it is logged and tried
-// again at the next check.
+// it changed. A failed reload keeps the current pool; it is logged once and
+// tried again when the file changes (or after a minute).
 func (p *TrustPool) Run(ctx context.Context) {
 	pollChanges(ctx, p.opts.PollInterval, []string{p.opts.File}, &p.mu, &p.loadedF, p.reloadLocked, "trust bundle")
 }
