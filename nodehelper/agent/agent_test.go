@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1100,5 +1101,36 @@ func TestASecondAgentOnTheStateDirectoryWaits(t *testing.T) {
 		second.mu.Lock()
 		defer second.mu.Unlock()
 		return second.health != ""
+	})
+}
+
+// An output whose owner was changed (by hand, or a restore from backup)
+// is written again with the configured owner, as a changed mode or
+// content is.
+func TestAnOutputWithAnotherOwnerIsRepaired(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	tmp := t.TempDir()
+	cfg := testConfig(tmp)
+	uid, gid := 4321, 4322
+	cfg.Credentials[0].Output.UID, cfg.Credentials[0].Output.GID = &uid, &gid
+	h := newHarness(t, cfg, nil)
+	h.run()
+	c := h.agent.byName["daemon"]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
+	bundle := filepath.Join(tmp, "out", "credential-bundle.pem")
+	if err := os.Chown(bundle, 0, 0); err != nil { // follows the link to the file
+		t.Fatal(err)
+	}
+	h.clk.Step(recheckEvery)
+	h.eventually("the owner is repaired", 0, func() bool {
+		fi, err := os.Stat(bundle)
+		if err != nil {
+			return false
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		return int(st.Uid) == uid && int(st.Gid) == gid
 	})
 }

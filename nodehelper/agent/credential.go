@@ -401,8 +401,9 @@ func (a *Agent) ensureOutput(ctx context.Context, c *credential, pair *certstore
 		return nil
 	}
 	files := outputFiles(c.output, pair)
-	if !outputMatches(c.output.Dir, files) {
-		err := atomicdir.Write(c.output.Dir, files, atomicdir.Options{UID: owner(c.output.UID), GID: owner(c.output.GID)})
+	opts := atomicdir.Options{UID: owner(c.output.UID), GID: owner(c.output.GID)}
+	if !outputMatches(c.output.Dir, files, opts) {
+		err := atomicdir.Write(c.output.Dir, files, opts)
 		if err != nil {
 			a.mu.Lock()
 			c.written = false
@@ -418,7 +419,7 @@ func (a *Agent) ensureOutput(ctx context.Context, c *credential, pair *certstore
 }
 
 // outputMatches reports whether dir's current set holds files exactly.
-func outputMatches(dir string, files map[string]atomicdir.File) bool {
+func outputMatches(dir string, files map[string]atomicdir.File, opts atomicdir.Options) bool {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -432,7 +433,7 @@ func outputMatches(dir string, files map[string]atomicdir.File) bool {
 			return false
 		}
 		fi, err := os.Stat(filepath.Join(dir, n))
-		if err != nil || fi.Mode().Perm() != f.Mode.Perm() {
+		if err != nil || fi.Mode().Perm() != f.Mode.Perm() || !ownedAs(fi, opts.UID, opts.GID) {
 			return false
 		}
 	}
