@@ -113,16 +113,7 @@ func TestApproverRBACIsExactlyTheShippedRole(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			user, groups := sa(tc.identity)
-			a := tc.attrs
-			review, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
-				Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &a},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if review.Status.Allowed != tc.want {
-				t.Fatalf("allowed = %v, want %v (%s)", review.Status.Allowed, tc.want, review.Status.Reason)
-			}
+			wantAllowed(t, ctx, user, groups, tc.attrs, tc.want)
 		})
 	}
 
@@ -225,16 +216,8 @@ func waitDecided(t *testing.T, ctx context.Context, name string) certv1.Certific
 // test ends. It returns the metrics and health addresses.
 func startApprover(t *testing.T, signers string) (string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	cfgSA, err := cp.ServiceAccountConfig(signerNamespace, approverServiceAccount)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := controlplane.WriteKubeconfig(cfgSA, approverServiceAccount, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "config.yaml")
+	kubeconfig := serviceAccountKubeconfig(t, approverServiceAccount)
+	path := filepath.Join(t.TempDir(), "config.yaml")
 	data := fmt.Sprintf(`apiVersion: keyward.dev/v1alpha1
 kind: SignerConfiguration
 kubeClient: {kubeconfig: %q}
@@ -315,17 +298,7 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 
 	// kubeadm lets nodes renew their own client certificate: it binds the
 	// bootstrap policy's selfnodeclient ClusterRole to group system:nodes.
-	binding := uniqueName(t, "node-autoapprove-certificate-rotation")
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: binding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"},
-		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:nodes"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
-	})
+	bindClusterRole(t, ctx, "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", groupSubject("system:nodes"))
 
 	// Users may create CSRs (nothing else).
 	requesters := uniqueName(t, "csr-requesters")
@@ -336,35 +309,17 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice, mallory := uniqueName(t, "alice"), uniqueName(t, "mallory")
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: requesters},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: requesters},
-		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: alice},
-			{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: mallory}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), requesters, metav1.DeleteOptions{})
 		_ = admin.RbacV1().ClusterRoles().Delete(context.Background(), requesters, metav1.DeleteOptions{})
 	})
+	bindClusterRole(t, ctx, requesters, userSubject(alice), userSubject(mallory))
 
 	// TLS bootstrap: a bootstrap token's user may create CSRs and
 	// certificatesigningrequests/nodeclient (kubeadm binds these roles to
 	// group system:bootstrappers; here to this one user).
 	bootstrapUser := "system:bootstrap:" + uniqueName(t, "b")
 	for _, role := range []string{"system:node-bootstrapper", "system:certificates.k8s.io:certificatesigningrequests:nodeclient"} {
-		name := uniqueName(t, "bootstrap")
-		if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: bootstrapUser}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-		})
+		bindClusterRole(t, ctx, role, userSubject(bootstrapUser))
 	}
 
 	custom := "keyward.dev/" + uniqueName(t, "node-daemons")

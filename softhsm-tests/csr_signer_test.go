@@ -18,7 +18,6 @@ import (
 	"github.com/keyward/keyward/signer/csr"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -129,18 +128,7 @@ func csrLeaf(t *testing.T, c *certv1.CertificateSigningRequest, root *x509.Certi
 // for kubelet's certificate rotation (system:node-bootstrapper's rules).
 func letNodesRequest(t *testing.T, ctx context.Context) {
 	t.Helper()
-	name := uniqueName(t, "nodes-csr")
-	admin := cp.AdminClient()
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:node-bootstrapper"},
-		Subjects:   []rbacv1.Subject{{Kind: "Group", Name: "system:nodes", APIGroup: "rbac.authorization.k8s.io"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	bindClusterRole(t, ctx, "system:node-bootstrapper", groupSubject("system:nodes"))
 }
 
 func usages(us ...certv1.KeyUsage) []certv1.KeyUsage { return us }

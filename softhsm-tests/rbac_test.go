@@ -1,11 +1,73 @@
 package softhsmtests
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 
 	authzv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/keyward/keyward/internal/controlplane"
 )
+
+// wantAllowed asks the apiserver's own authorizer (a SubjectAccessReview)
+// whether user in groups may do attrs, and fails the test unless the answer
+// is want.
+func wantAllowed(t *testing.T, ctx context.Context, user string, groups []string, attrs authzv1.ResourceAttributes, want bool) {
+	t.Helper()
+	review, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+		Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if review.Status.Allowed != want {
+		t.Fatalf("allowed = %v, want %v (%s)", review.Status.Allowed, want, review.Status.Reason)
+	}
+}
+
+// bindClusterRole binds the ClusterRole role to subjects under a unique
+// name, until the test ends.
+func bindClusterRole(t *testing.T, ctx context.Context, role string, subjects ...rbacv1.Subject) {
+	t.Helper()
+	admin := cp.AdminClient()
+	name := uniqueName(t, "binding")
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func groupSubject(name string) rbacv1.Subject {
+	return rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}
+}
+
+func userSubject(name string) rbacv1.Subject {
+	return rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}
+}
+
+// serviceAccountKubeconfig writes a kubeconfig for service account sa in
+// signerNamespace and returns its path.
+func serviceAccountKubeconfig(t *testing.T, sa string) string {
+	t.Helper()
+	cfg, err := cp.ServiceAccountConfig(signerNamespace, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(cfg, sa, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // The shipped RBAC (deploy/base/rbac.yaml) gives the signer's service
 // account what the PodCertificateRequest signer and the trust publisher
@@ -96,16 +158,7 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a := tc.attrs
-			review, err := cp.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
-				Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &a},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if review.Status.Allowed != tc.want {
-				t.Fatalf("allowed = %v, want %v (%s)", review.Status.Allowed, tc.want, review.Status.Reason)
-			}
+			wantAllowed(t, ctx, user, groups, tc.attrs, tc.want)
 		})
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
@@ -63,14 +62,7 @@ func TestReviewApproverWithoutApproveGrantSaysSoAtDefaultVerbosity(t *testing.T)
 	installApproverRBAC(t, ctx)
 
 	dir := t.TempDir()
-	cfgSA, err := cp.ServiceAccountConfig(signerNamespace, approverServiceAccount)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := controlplane.WriteKubeconfig(cfgSA, approverServiceAccount, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := serviceAccountKubeconfig(t, approverServiceAccount)
 	path := filepath.Join(dir, "config.yaml")
 	// docs/approver.md's example, with the test's requester allowed.
 	data := fmt.Sprintf(`apiVersion: keyward.dev/v1alpha1
