@@ -93,13 +93,18 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 	})
 
 	file := filepath.Join(dir, trust.DefaultFileName)
-	// waitFor returns how long after start the projector wrote want.
+	// waitFor returns how long after start the projector wrote want. With
+	// onlyWant set, any other write on the way fails the test.
+	onlyWant := false
 	waitFor := func(what string, start time.Time, want string) time.Duration {
 		t.Helper()
 		wantData := trust.Merge([]byte(want))
 		for {
 			select {
 			case o := <-outcomes:
+				if o.Written && onlyWant && !bytes.Equal(o.Data, wantData) {
+					t.Fatalf("%s: projector wrote %q first", what, o.Data)
+				}
 				if !o.Written || !bytes.Equal(o.Data, wantData) {
 					continue
 				}
@@ -168,8 +173,10 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 	measure("canary bundle: CA added", setBundle("canary", cas[0]+cas[1]+cas[3]), cas[0]+cas[1]+cas[3])
 	// A change of the live bundle does not reach a canary node; the next
 	// canary change does.
+	onlyWant = true
 	setBundle("live", cas[2]+cas[4])
 	measure("canary bundle: CA dropped", setBundle("canary", cas[1]+cas[3]), cas[1]+cas[3])
+	onlyWant = false
 	// Back to live.
 	measure("node labelled live", setNodeLabel("live"), cas[2]+cas[4])
 
