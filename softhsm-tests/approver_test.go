@@ -418,9 +418,9 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 	}
 }
 
-// The shipped approver Deployment is accepted by the apiserver, runs as
-// keyward-approver with the signer's configuration and mounts no HSM
-// token or PIN.
+// The shipped approver Deployment is accepted by the apiserver, runs two
+// replicas as keyward-approver with the signer's configuration and mounts
+// no HSM token or PIN.
 func TestApproverDeploymentApplies(t *testing.T) {
 	ctx := testContext(t)
 	for _, f := range []string{"base/signer.yaml", "base/approver-rbac.yaml", "base/approver.yaml"} {
@@ -435,6 +435,10 @@ func TestApproverDeploymentApplies(t *testing.T) {
 	dep, err := cp.AdminClient().AppsV1().Deployments(signerNamespace).Get(ctx, "keyward-approver", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Two replicas (docs/approver.md): nothing ties the approver to a machine.
+	if r := dep.Spec.Replicas; r == nil || *r != 2 {
+		t.Errorf("replicas %v, want 2", r)
 	}
 	spec := dep.Spec.Template.Spec
 	if spec.ServiceAccountName != approverServiceAccount {
