@@ -9,12 +9,13 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/keyward/keyward/nodehelper/internal/listwatch"
 )
 
 // PodRef is the identity kubelet puts into a PodCertificateRequest.
@@ -72,20 +73,8 @@ var ErrDeleted = errors.New("PodCertificateRequest deleted before it was decided
 func WaitForTerminal(ctx context.Context, client kubernetes.Interface, p *certv1.PodCertificateRequest) (*certv1.PodCertificateRequest, error) {
 	pcrs := client.CertificatesV1().PodCertificateRequests(p.Namespace)
 	sel := fields.OneTermEqualSelector("spec.nodeName", string(p.Spec.NodeName)).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			// A consistent read, not the watch cache's "any" (ResourceVersion
-			// 0), which may predate the request's creation: absence from this
-			// list then means it is gone.
-			o.ResourceVersion, o.ResourceVersionMatch = "", ""
-			return pcrs.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return pcrs.Watch(ctx, o)
-		},
-	}
+	// The list is a consistent read: absence from it means the request is gone.
+	lw := listwatch.Consistent(pcrs.List, pcrs.Watch, func(o *metav1.ListOptions) { o.FieldSelector = sel })
 	var got *certv1.PodCertificateRequest
 	decided := func(obj any) bool {
 		if pcr, ok := obj.(*certv1.PodCertificateRequest); ok && pcr.Name == p.Name && len(pcr.Status.Conditions) > 0 {

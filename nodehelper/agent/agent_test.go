@@ -233,6 +233,16 @@ func (h *harness) runWith(ctx context.Context) {
 	h.t.Cleanup(h.stop)
 }
 
+// runUntilWritten runs the agent and waits until the named credential's
+// first certificate is written; it returns that credential.
+func (h *harness) runUntilWritten(name string) *credential {
+	h.t.Helper()
+	h.run()
+	c := h.agent.byName[name]
+	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	return c
+}
+
 func (h *harness) stop() {
 	if h.cancel == nil {
 		return
@@ -893,9 +903,7 @@ func TestTheIdentityRequestIsKubeletsClientRequest(t *testing.T) {
 func TestABrokenOutputDoesNotHoldUpTheRenewal(t *testing.T) {
 	tmp := t.TempDir()
 	h := newHarness(t, testConfig(tmp), nil)
-	h.run()
-	c := h.agent.byName["daemon"]
-	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.runUntilWritten("daemon")
 	// The output breaks after the start (a start with an unusable output
 	// directory stops at once, naming it): its path becomes a file.
 	out := filepath.Join(tmp, "out")
@@ -923,9 +931,7 @@ func TestABrokenOutputDoesNotHoldUpTheRenewal(t *testing.T) {
 func TestTheOutputIsRepairedWithinMinutesWhileWaiting(t *testing.T) {
 	tmp := t.TempDir()
 	h := newHarness(t, testConfig(tmp), nil)
-	h.run()
-	c := h.agent.byName["daemon"]
-	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.runUntilWritten("daemon")
 	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
 	out := filepath.Join(tmp, "out")
 	if err := os.RemoveAll(out); err != nil {
@@ -1022,9 +1028,7 @@ func TestTrustProjectionStopsWhenTheIdentityExpires(t *testing.T) {
 func TestReadinessFollowsALostOutput(t *testing.T) {
 	tmp := t.TempDir()
 	h := newHarness(t, testConfig(tmp), nil)
-	h.run()
-	c := h.agent.byName["daemon"]
-	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	c := h.runUntilWritten("daemon")
 	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
 	out := filepath.Join(tmp, "out")
 	if err := os.RemoveAll(out); err != nil {
@@ -1116,9 +1120,7 @@ func TestAnOutputWithAnotherOwnerIsRepaired(t *testing.T) {
 	uid, gid := 4321, 4322
 	cfg.Credentials[0].Output.UID, cfg.Credentials[0].Output.GID = &uid, &gid
 	h := newHarness(t, cfg, nil)
-	h.run()
-	c := h.agent.byName["daemon"]
-	h.eventually("the first certificate is written", 0, func() bool { return h.agent.unready(c) == "" })
+	h.runUntilWritten("daemon")
 	h.eventually("the loop sleeps", 0, h.clk.HasWaiters)
 	bundle := filepath.Join(tmp, "out", "credential-bundle.pem")
 	if err := os.Chown(bundle, 0, 0); err != nil { // follows the link to the file

@@ -263,18 +263,7 @@ func (c *Credential) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Cer
 }
 
 func (c *Credential) get() (*tls.Certificate, error) {
-	if cert := c.current.Load(); cert != nil {
-		return cert, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cert := c.current.Load(); cert != nil {
-		return cert, nil
-	}
-	if err := c.reloadLocked(); err != nil {
-		return nil, err
-	}
-	return c.current.Load(), nil
+	return loadedOr(&c.current, &c.mu, c.reloadLocked)
 }
 
 // Run checks the files every PollInterval until ctx ends and reloads them

@@ -3,6 +3,7 @@ package credbundle
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -54,4 +55,21 @@ func pollChanges(ctx context.Context, interval time.Duration, paths []string, mu
 			logger.V(2).Info("The "+what+" still does not load", "err", err)
 		}
 	}
+}
+
+// loadedOr returns what cur holds, or, when nothing has been loaded yet,
+// loads it first (under mu, once for concurrent first callers).
+func loadedOr[T any](cur *atomic.Pointer[T], mu *sync.Mutex, reloadLocked func() error) (*T, error) {
+	if v := cur.Load(); v != nil {
+		return v, nil
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if v := cur.Load(); v != nil {
+		return v, nil
+	}
+	if err := reloadLocked(); err != nil {
+		return nil, err
+	}
+	return cur.Load(), nil
 }

@@ -90,13 +90,7 @@ func (p *TrustPool) reloadLocked() error {
 }
 
 func (p *TrustPool) pool() (*x509.CertPool, error) {
-	if pool := p.current.Load(); pool != nil {
-		return pool, nil
-	}
-	if err := p.Reload(); err != nil {
-		return nil, err
-	}
-	return p.current.Load(), nil
+	return loadedOr(&p.current, &p.mu, p.reloadLocked)
 }
 
 // Run checks the file every PollInterval until ctx ends and reloads it when

@@ -29,7 +29,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +36,8 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/klog/v2"
+
+	"github.com/keyward/keyward/nodehelper/internal/listwatch"
 )
 
 var (
@@ -279,21 +280,10 @@ func Wait(ctx context.Context, c kubernetes.Interface, req *certv1.CertificateSi
 	// UntilWithSync, with a precondition on the first list, does both.
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	csrs := c.CertificatesV1().CertificateSigningRequests()
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			// A consistent read, not the watch cache's "any" (the
-			// reflector's resourceVersion 0), which may predate the CSR
-			// Submit just created: absence from this list then means it
-			// is gone (as in nodehelper.WaitForTerminal).
-			o.ResourceVersion, o.ResourceVersionMatch = "", ""
-			return csrs.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return csrs.Watch(ctx, o)
-		},
-	}, c)
+	// The list is a consistent read, which the CSR Submit just created
+	// cannot predate: absence from it means the CSR is gone.
+	lw := cache.ToListWatcherWithWatchListSemantics(
+		listwatch.Consistent(csrs.List, csrs.Watch, func(o *metav1.ListOptions) { o.FieldSelector = sel }), c)
 	deleted := fmt.Errorf("waiting for CertificateSigningRequest %s: %w", name, ErrDeleted)
 	var cert []byte
 	check := func(obj any) (bool, error) {

@@ -13,18 +13,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keyward/keyward/internal/kubemsg"
-	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
-	"github.com/keyward/keyward/nodehelper/atomicdir"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/nodehelper/atomicdir"
+	"github.com/keyward/keyward/nodehelper/internal/listwatch"
 )
 
 // ErrInvalidOptions is matched by errors from New.
@@ -237,31 +237,13 @@ func (p *Projector) ctbListWatch() cache.ListerWatcher {
 		o.LabelSelector = v1alpha1.BundleVersionLabel(p.opts.LabelDomain) + " in (canary,live)"
 	}
 	c := p.opts.Client.CertificatesV1().ClusterTrustBundles()
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			opts(&o)
-			return c.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			opts(&o)
-			return c.Watch(ctx, o)
-		},
-	}
+	return listwatch.For(c.List, c.Watch, opts)
 }
 
 func (p *Projector) nodeListWatch() cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
 	c := p.opts.Client.CoreV1().Nodes()
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return c.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return c.Watch(ctx, o)
-		},
-	}
+	return listwatch.For(c.List, c.Watch, func(o *metav1.ListOptions) { o.FieldSelector = sel })
 }
 
 // version is the bundle version this node takes now.
