@@ -402,12 +402,7 @@ func (c *Controller) issue(ctx context.Context, s *signerState, csr *certv1.Cert
 	}
 	// The leaf, then the issuers up to (not including) a self-signed root.
 	out := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
-	for _, ca := range auth.Chain() {
-		if selfSigned(ca) {
-			break
-		}
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})...)
-	}
+	out = append(out, auth.IssuersPEM()...)
 	c.update(csr.UID, func(r *reqRecord) {
 		r.certificate, r.serial, r.notAfter = out, leaf.SerialNumber.Text(16), leaf.NotAfter
 	})
