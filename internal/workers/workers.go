@@ -8,7 +8,20 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 )
+
+// RunSynced waits for the informers of syncs, calls synced (which marks
+// the controller ready and says so), then runs n workers as Run does, until
+// ctx ends. A ctx that ends before the caches synced is a normal shutdown
+// (WaitForCacheSync gives up only then), so there is no error to return.
+func RunSynced(ctx context.Context, syncs []cache.InformerSynced, synced func(), n int, queue Queue, processNext func(context.Context) bool) {
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		return
+	}
+	synced()
+	Run(ctx, n, queue, processNext)
+}
 
 // Queue is what Run needs of a workqueue: a way to make Get return.
 type Queue interface{ ShutDown() }

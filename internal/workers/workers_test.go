@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -40,5 +41,42 @@ func TestRunProcessesKeysAndStopsWithContext(t *testing.T) {
 	}
 	if n := running.Load(); n != 0 {
 		t.Fatalf("%d workers still running after Run returned", n)
+	}
+}
+
+// A shutdown before the caches synced is a normal exit: the
+// controller never marked ready and no worker started.
+func TestRunSyncedEndsQuietlyWhenCtxEndsBeforeTheCachesSync(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	q := workqueue.NewTyped[int]()
+	var marked, ran atomic.Bool
+	RunSynced(ctx, []cache.InformerSynced{func() bool { return false }}, func() { marked.Store(true) },
+		2, q, func(context.Context) bool { ran.Store(true); return false })
+	if marked.Load() || ran.Load() {
+		t.Fatalf("ready %v, workers ran %v; want false, false", marked.Load(), ran.Load())
+	}
+}
+
+// Once the caches synced the controller is marked ready before a worker
+// runs, and the workers run until ctx ends.
+func TestRunSyncedMarksReadyThenRunsWorkers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	q := workqueue.NewTyped[int]()
+	q.Add(1)
+	var marked, readyFirst atomic.Bool
+	RunSynced(ctx, []cache.InformerSynced{func() bool { return true }}, func() { marked.Store(true) },
+		1, q, func(context.Context) bool {
+			k, quit := q.Get()
+			if quit {
+				return false
+			}
+			defer q.Done(k)
+			readyFirst.Store(marked.Load())
+			cancel()
+			return true
+		})
+	if !readyFirst.Load() {
+		t.Fatal("a worker ran before the controller was marked ready")
 	}
 }

@@ -209,17 +209,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		syncs = append(syncs, s.informer.HasSynced)
 	}
 	logger.Info("Waiting for CSR caches", "signers", len(c.signers))
-	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("CSR caches did not sync")
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-	logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
-	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
+	workers.RunSynced(ctx, syncs, func() {
+		c.mu.Lock()
+		c.synced = true
+		c.mu.Unlock()
+		logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
+	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
