@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
@@ -85,8 +86,8 @@ type Controller struct {
 	outcomes *prometheus.CounterVec
 	events   *rate.Limiter
 
+	synced  atomic.Bool
 	mu      sync.Mutex
-	synced  bool
 	records map[types.UID]*reqRecord
 	// elsewhere holds the signer names for which a certificate by another
 	// CA was seen written first (logged once per name).
@@ -167,9 +168,7 @@ func New(opts Options) (*Controller, error) {
 
 // HasSynced reports whether every informer has synced (for /readyz).
 func (c *Controller) HasSynced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.synced
+	return c.synced.Load()
 }
 
 // newInformer watches the CSRs of one signer name only.
@@ -210,9 +209,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	logger.Info("Waiting for CSR caches", "signers", len(c.signers))
 	workers.RunSynced(ctx, syncs, func() {
-		c.mu.Lock()
-		c.synced = true
-		c.mu.Unlock()
+		c.synced.Store(true)
 		logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
 	}, c.opts.Workers, c.queue, c.processNext)
 	return nil

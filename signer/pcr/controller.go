@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
@@ -159,8 +160,7 @@ type Controller struct {
 	records *records
 	events  *eventLog
 
-	mu     sync.Mutex
-	synced bool
+	synced atomic.Bool
 }
 
 type signerState struct {
@@ -298,9 +298,7 @@ func New(opts Options) (*Controller, error) {
 
 // HasSynced reports whether every informer has synced (for /readyz).
 func (c *Controller) HasSynced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.synced
+	return c.synced.Load()
 }
 
 // Run starts the informers and workers and blocks until ctx ends. A ctx
@@ -326,9 +324,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version())
 	workers.RunSynced(ctx, syncs, func() {
-		c.mu.Lock()
-		c.synced = true
-		c.mu.Unlock()
+		c.synced.Store(true)
 		logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
 	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
