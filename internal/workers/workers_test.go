@@ -2,8 +2,10 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -78,5 +80,32 @@ func TestRunSyncedMarksReadyThenRunsWorkers(t *testing.T) {
 		})
 	if !readyFirst.Load() {
 		t.Fatal("a worker ran before the controller was marked ready")
+	}
+}
+
+// A key failing again and again is requeued with backoff each time and
+// logged loudly once, after LoudRetries requeues; a success forgets its
+// backoff.
+func TestSettleRequeuesFailuresAndIsLoudOnce(t *testing.T) {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour))
+	defer q.ShutDown()
+	var loud []int
+	failure := errors.New("apiserver unavailable")
+	for range 3 * LoudRetries {
+		Settle(q, "k", 0, failure, func(l bool, attempts int) {
+			if l {
+				loud = append(loud, attempts)
+			}
+		})
+	}
+	if len(loud) != 1 || loud[0] != LoudRetries+1 {
+		t.Fatalf("loud at attempts %v, want only at %d", loud, LoudRetries+1)
+	}
+	if n := q.NumRequeues("k"); n != 3*LoudRetries {
+		t.Fatalf("requeued %d times, want %d", n, 3*LoudRetries)
+	}
+	Settle(q, "k", time.Hour, nil, func(bool, int) { t.Fatal("retrying called without an error") })
+	if n := q.NumRequeues("k"); n != 0 {
+		t.Fatalf("a key to look at later keeps %d requeues, want 0", n)
 	}
 }

@@ -43,9 +43,6 @@ const (
 	// finishTimeout bounds the status write of a CSR in flight when
 	// shutdown begins (beyond the signature's own SignTimeout).
 	finishTimeout = 10 * time.Second
-	// loudRetries: a CSR still retrying after this many attempts is logged
-	// at default verbosity (once).
-	loudRetries = 5
 )
 
 // Signer is one CSR signer name the controller owns.
@@ -293,21 +290,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	after, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
+	workers.Settle(c.queue, key, after, err, func(loud bool, attempts int) {
 		logger := klog.FromContext(ctx)
-		if n := c.queue.NumRequeues(key); n == loudRetries {
-			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", n+1)
+		if loud {
+			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", attempts)
 		} else {
 			logger.V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
 		}
-		c.queue.AddRateLimited(key)
-	case after > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, after)
-	default:
-		c.queue.Forget(key)
-	}
+	})
 	return true
 }
 

@@ -97,9 +97,6 @@ const (
 	// skewWait: after kube-apiserver refused the notBefore of a fresh
 	// signature, the signer signs nothing for this long, then tries again.
 	skewWait = time.Minute
-	// loudRetries: a request still retrying after this many attempts is
-	// logged at default verbosity (once).
-	loudRetries = 5
 	// unavailableWait: a request for a signer name with no generation that
 	// may issue looks again this much later (the Issuer logs the cause).
 	unavailableWait = time.Second
@@ -369,22 +366,15 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	requeueAfter, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
+	workers.Settle(c.queue, key, requeueAfter, err, func(loud bool, attempts int) {
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
 		logger := klog.FromContext(ctx)
-		if n := c.queue.NumRequeues(key); n == loudRetries {
-			logger.Error(err, "Request still not done; retrying with backoff", "pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", n+1)
+		if loud {
+			logger.Error(err, "Request still not done; retrying with backoff", "pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", attempts)
 		} else {
 			logger.V(2).Info("Retrying", "pcr", klog.KRef(key.namespace, key.name), "err", err)
 		}
-		c.queue.AddRateLimited(key)
-	case requeueAfter > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, requeueAfter)
-	default:
-		c.queue.Forget(key)
-	}
+	})
 	return true
 }
 
