@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
@@ -93,8 +94,8 @@ type Controller struct {
 	rules map[string]*rules
 	queue workqueue.TypedRateLimitingInterface[queueKey]
 
+	synced atomic.Bool
 	mu     sync.Mutex
-	synced bool
 	// told holds what was already said at default verbosity: a refused
 	// grant per signer name and refusal, an unauthorized CSR per name.
 	told map[string]bool
@@ -186,9 +187,7 @@ func (c *Controller) SignerNames() []string {
 
 // HasSynced reports whether every informer has synced (for /readyz).
 func (c *Controller) HasSynced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.synced
+	return c.synced.Load()
 }
 
 // Run starts one informer per signer name (a spec.signerName field
@@ -201,9 +200,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		// A configuration shared with the signer may have nothing to
 		// approve yet; say so once and idle rather than crash-loop.
 		logger.Info("Nothing to approve: configure a kubeAPIServerClientKubelet or kubeletServing signer name, or a csr name with an approval section")
-		c.mu.Lock()
-		c.synced = true
-		c.mu.Unlock()
+		c.synced.Store(true)
 		<-ctx.Done()
 		return nil
 	}
@@ -223,17 +220,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		syncs = append(syncs, r.informer.HasSynced)
 	}
 	logger.Info("Waiting for caches", "signers", c.SignerNames())
-	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("caches did not sync")
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-	logger.Info("Caches synced; approving", "workers", c.opts.Workers)
-	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
+	workers.RunSynced(ctx, syncs, func() {
+		c.synced.Store(true)
+		logger.Info("Caches synced; approving", "workers", c.opts.Workers)
+	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 

@@ -18,7 +18,7 @@ func TestReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synced.synced = true
+	synced.synced.Store(true)
 	unsynced, err := New(Options{Client: fake.NewClientset(), Metrics: m})
 	if err != nil {
 		t.Fatal(err)

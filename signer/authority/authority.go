@@ -10,6 +10,7 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,9 @@ type Authority struct {
 	cert   *x509.Certificate
 	chain  []*x509.Certificate // issuers above cert, nearest first
 	signer backends.Signer
+	// issuersPEM is IssuersPEM, encoded once in New (telling a root
+	// takes a signature check).
+	issuersPEM []byte
 }
 
 // New checks that cert is a CA certificate for signer's key and that chain
@@ -103,8 +107,20 @@ func New(cert *x509.Certificate, chain []*x509.Certificate, signer backends.Sign
 		}
 		prev = c
 	}
-	return &Authority{cert: cert, chain: chain, signer: signer}, nil
+	var issuers []byte
+	for _, c := range append([]*x509.Certificate{cert}, chain...) {
+		if bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil {
+			break
+		}
+		issuers = append(issuers, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	return &Authority{cert: cert, chain: chain, signer: signer, issuersPEM: issuers}, nil
 }
+
+// IssuersPEM is Chain PEM-encoded up to, not including, the first
+// self-signed certificate (a root): what a leaf is served with. Callers
+// must not modify it.
+func (a *Authority) IssuersPEM() []byte { return a.issuersPEM }
 
 // Certificate is the CA certificate leaves are issued under.
 func (a *Authority) Certificate() *x509.Certificate { return a.cert }

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/pem"
 	"errors"
 	"io"
 	"math/big"
@@ -380,5 +381,20 @@ func TestLeavesCarryKeyIdentifiers(t *testing.T) {
 	}
 	if sum := sha256.Sum256(spki.PublicKey.Bytes); !bytes.Equal(leaf.SubjectKeyId, sum[:20]) {
 		t.Fatalf("leaf SKI %x is not RFC 7093 method 1 (%x)", leaf.SubjectKeyId, sum[:20])
+	}
+}
+
+// A leaf is served with the CA certificates below the root: none for a
+// root CA, the intermediate alone for an intermediate under a root.
+func TestIssuersPEMStopsAtTheRoot(t *testing.T) {
+	year := 365 * 24 * time.Hour
+	root := newAuthority(t, year)
+	if got := root.IssuersPEM(); len(got) != 0 {
+		t.Fatalf("a root CA serves %q, want nothing", got)
+	}
+	inter := intermediateAuthority(t, epoch.Add(-year), epoch.Add(year), epoch.Add(-time.Hour), epoch.Add(year))
+	want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: inter.Certificate().Raw})
+	if got := inter.IssuersPEM(); !bytes.Equal(got, want) {
+		t.Fatalf("an intermediate CA serves\n%s\nwant\n%s", got, want)
 	}
 }

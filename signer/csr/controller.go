@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
@@ -42,9 +43,6 @@ const (
 	// finishTimeout bounds the status write of a CSR in flight when
 	// shutdown begins (beyond the signature's own SignTimeout).
 	finishTimeout = 10 * time.Second
-	// loudRetries: a CSR still retrying after this many attempts is logged
-	// at default verbosity (once).
-	loudRetries = 5
 )
 
 // Signer is one CSR signer name the controller owns.
@@ -85,8 +83,8 @@ type Controller struct {
 	outcomes *prometheus.CounterVec
 	events   *rate.Limiter
 
+	synced  atomic.Bool
 	mu      sync.Mutex
-	synced  bool
 	records map[types.UID]*reqRecord
 	// elsewhere holds the signer names for which a certificate by another
 	// CA was seen written first (logged once per name).
@@ -167,9 +165,7 @@ func New(opts Options) (*Controller, error) {
 
 // HasSynced reports whether every informer has synced (for /readyz).
 func (c *Controller) HasSynced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.synced
+	return c.synced.Load()
 }
 
 // newInformer watches the CSRs of one signer name only.
@@ -209,17 +205,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		syncs = append(syncs, s.informer.HasSynced)
 	}
 	logger.Info("Waiting for CSR caches", "signers", len(c.signers))
-	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("CSR caches did not sync")
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-	logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
-	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
+	workers.RunSynced(ctx, syncs, func() {
+		c.synced.Store(true)
+		logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
+	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -301,21 +290,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	after, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
+	workers.Settle(c.queue, key, after, err, func(loud bool, attempts int) {
 		logger := klog.FromContext(ctx)
-		if n := c.queue.NumRequeues(key); n == loudRetries {
-			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", n+1)
+		if loud {
+			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", attempts)
 		} else {
 			logger.V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
 		}
-		c.queue.AddRateLimited(key)
-	case after > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, after)
-	default:
-		c.queue.Forget(key)
-	}
+	})
 	return true
 }
 
@@ -402,12 +384,7 @@ func (c *Controller) issue(ctx context.Context, s *signerState, csr *certv1.Cert
 	}
 	// The leaf, then the issuers up to (not including) a self-signed root.
 	out := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
-	for _, ca := range auth.Chain() {
-		if selfSigned(ca) {
-			break
-		}
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})...)
-	}
+	out = append(out, auth.IssuersPEM()...)
 	c.update(csr.UID, func(r *reqRecord) {
 		r.certificate, r.serial, r.notAfter = out, leaf.SerialNumber.Text(16), leaf.NotAfter
 	})

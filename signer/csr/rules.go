@@ -7,7 +7,6 @@
 package csr
 
 import (
-	"bytes"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
@@ -441,10 +440,4 @@ func (p *Policy) Lifetime(expirationSeconds *int32) time.Duration {
 		return p.MaxLifetime
 	}
 	return min(p.MaxLifetime, time.Duration(*expirationSeconds)*time.Second)
-}
-
-// selfSigned reports whether c is a root (its own issuer, its signature
-// verifying with its own key).
-func selfSigned(c *x509.Certificate) bool {
-	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil
 }

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/internal/kubemsg"
@@ -96,9 +97,6 @@ const (
 	// skewWait: after kube-apiserver refused the notBefore of a fresh
 	// signature, the signer signs nothing for this long, then tries again.
 	skewWait = time.Minute
-	// loudRetries: a request still retrying after this many attempts is
-	// logged at default verbosity (once).
-	loudRetries = 5
 	// unavailableWait: a request for a signer name with no generation that
 	// may issue looks again this much later (the Issuer logs the cause).
 	unavailableWait = time.Second
@@ -159,8 +157,7 @@ type Controller struct {
 	records *records
 	events  *eventLog
 
-	mu     sync.Mutex
-	synced bool
+	synced atomic.Bool
 }
 
 type signerState struct {
@@ -298,9 +295,7 @@ func New(opts Options) (*Controller, error) {
 
 // HasSynced reports whether every informer has synced (for /readyz).
 func (c *Controller) HasSynced() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.synced
+	return c.synced.Load()
 }
 
 // Run starts the informers and workers and blocks until ctx ends. A ctx
@@ -325,18 +320,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		syncs = append(syncs, s.informer.HasSynced)
 	}
 	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version())
-	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("caches did not sync")
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-	logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
-
-	workers.Run(ctx, c.opts.Workers, c.queue, c.processNext)
+	workers.RunSynced(ctx, syncs, func() {
+		c.synced.Store(true)
+		logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
+	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
 }
 
@@ -379,22 +366,15 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	requeueAfter, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
+	workers.Settle(c.queue, key, requeueAfter, err, func(loud bool, attempts int) {
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
 		logger := klog.FromContext(ctx)
-		if n := c.queue.NumRequeues(key); n == loudRetries {
-			logger.Error(err, "Request still not done; retrying with backoff", "pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", n+1)
+		if loud {
+			logger.Error(err, "Request still not done; retrying with backoff", "pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", attempts)
 		} else {
 			logger.V(2).Info("Retrying", "pcr", klog.KRef(key.namespace, key.name), "err", err)
 		}
-		c.queue.AddRateLimited(key)
-	case requeueAfter > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, requeueAfter)
-	default:
-		c.queue.Forget(key)
-	}
+	})
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/internal/workers"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
@@ -576,7 +577,7 @@ func TestAQueuedKeyWithoutARecordIsNotSigned(t *testing.T) {
 }
 
 // A request that keeps failing to be written (here: the apiserver answers
-// 500) is logged once at default verbosity after loudRetries attempts, not
+// 500) is logged once at default verbosity after workers.LoudRetries attempts, not
 // on every retry and not never.
 func TestALongRetryIsLoggedOnceAtDefaultVerbosity(t *testing.T) {
 	h := newHarness(t, nil)
@@ -586,7 +587,7 @@ func TestALongRetryIsLoggedOnceAtDefaultVerbosity(t *testing.T) {
 	var buf bytes.Buffer
 	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0), textlogger.Output(&buf))))
 	k := h.add(testPCR(t, h.signer.Name))
-	for range 3 * loudRetries {
+	for range 3 * workers.LoudRetries {
 		h.c.queue.Add(k)
 		h.c.processNext(ctx)
 	}
