@@ -112,11 +112,10 @@ type parsedGeneration struct {
 
 // certs is ParseGeneration(g), parsed once per evaluation.
 func (e *evaluation) certs(g v1alpha1.Generation) ([]*x509.Certificate, error) {
-	key := g.CertificatePEM + "\x00" + g.ChainPEM // what ParseGeneration reads
-	p, ok := e.parsed[key]
+	p, ok := e.parsed[g.Name] // names are unique in spec (listMapKey)
 	if !ok {
 		p.certs, p.err = ParseGeneration(g)
-		e.parsed[key] = p
+		e.parsed[g.Name] = p
 	}
 	return p.certs, p.err
 }
