@@ -149,7 +149,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	// Canary health first: its condition is an input of the gates.
 	work := a.DeepCopy()
 	health, healthEvery := c.checkHealth(ctx, work, now)
-	parsed := parsedGenerations{} // spec is the same in work and next
+	parsed := parsedGenerations{} // of a.Spec, which work, next and reportOverride's copy share
 	plan := evaluate(work, now, parsed)
 	next := plan.Apply(work, now)
 	setSoakBaselines(next, health)
@@ -173,7 +173,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.wrote(a, got)
 		logger.V(2).Info("Applied Authority status", "plan", planSummary(plan))
 	}
-	c.reportOverride(ctx, a, plan, now)
+	c.reportOverride(ctx, a, plan, parsed, now)
 
 	// Then the bundles, unless a generation they must hold has
 	// certificates that no longer parse: publishing without its root
