@@ -192,6 +192,12 @@ func TestAuthorityCRD(t *testing.T) {
 			msg:    "should match",
 		},
 		{
+			name:   "a certificatePEM over 16 KiB is refused (docs/rotation.md)",
+			mutate: func(a *kwv1alpha1.Authority) { a.Spec.Generations[0].CertificatePEM = strings.Repeat("A", 16<<10+1) },
+			field:  "spec.generations[0].certificatePEM",
+			msg:    "may not be more than 16384 bytes",
+		},
+		{
 			name:   "more than eight generations are refused",
 			mutate: addGenerations(9),
 			field:  "spec.generations",

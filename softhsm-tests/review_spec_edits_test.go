@@ -62,3 +62,31 @@ func TestSpecEditsCannotDropARootStillInUse(t *testing.T) {
 		})
 	}
 }
+
+// docs/rotation.md: a generation that never signed (no lastIssuedNotAfter),
+// say an Active one whose certificate does not match its key, can be
+// corrected in place; the rule guards only a key that has signed.
+func TestSpecEditsCorrectAGenerationThatNeverSigned(t *testing.T) {
+	ctx := testContext(t)
+	c := authorities(t)
+	name := uniqueName(t, "spec-fix")
+	if _, err := c.Create(ctx, &kwv1alpha1.Authority{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: kwv1alpha1.AuthoritySpec{SignerName: "example.com/" + name, Generations: []kwv1alpha1.Generation{
+			{Name: "a", KeyURI: "file:/a", CertificatePEM: testCACertPEM, Phase: kwv1alpha1.PhaseActive},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyStatus(ctx, name, map[string]any{"generations": []map[string]any{{"name": "a", "phase": "Active"}}},
+		kwv1alpha1.FieldManagerTrustPublisher); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Spec.Generations[0].KeyURI = "file:/a2"
+	a.Spec.Generations[0].CertificatePEM = testCACertPEM + testCACertPEM
+	if _, err := c.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("correcting the key and certificate of an Active generation that never signed: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keyward/keyward/internal/workers"
@@ -105,7 +106,7 @@ type Controller struct {
 	// logged once per change.
 	syncErr map[string]string
 	// noAPI: the latest Authority list was answered 404 (no CRD).
-	noAPI bool
+	noAPI atomic.Bool
 	// staleRV: the resourceVersion an Authority had when this controller
 	// last wrote it. Until the cache holds a newer version, a sync would
 	// act on a state the controller itself has already moved past (and,
@@ -260,9 +261,7 @@ func (e reportedError) Error() string { return e.err.Error() }
 func (e reportedError) Unwrap() error { return e.err }
 
 func (c *Controller) enqueueAuthority(obj any) {
-	c.mu.Lock()
-	c.noAPI = false // served again
-	c.mu.Unlock()
+	c.noAPI.Store(false) // served again
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -326,11 +325,7 @@ func (c *Controller) watchError(ctx context.Context, r *cache.Reflector, err err
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		return
 	}
-	c.mu.Lock()
-	first := !c.noAPI
-	c.noAPI = true
-	c.mu.Unlock()
-	if first {
+	if !c.noAPI.Swap(true) {
 		klog.FromContext(ctx).Error(err, "Nothing is published: the cluster does not serve Authorities (authorities.keyward.dev); install the CRD (kubectl apply -f deploy/crds/); retrying quietly")
 	}
 }

@@ -25,7 +25,13 @@ import (
 // Active generation leaves Active only in the step that makes another one
 // Active.
 func Evaluate(a *v1alpha1.Authority, now time.Time) Plan {
-	e := &evaluation{a: a, now: now, observed: map[string]*v1alpha1.GenerationStatus{}, parsed: map[string]parsedGeneration{}}
+	return evaluate(a, now, parsedGenerations{})
+}
+
+// evaluate is Evaluate reading certificates through parsed, which a sync
+// shares with what it does after evaluating (bundles, metrics).
+func evaluate(a *v1alpha1.Authority, now time.Time, parsed parsedGenerations) Plan {
+	e := &evaluation{a: a, now: now, observed: map[string]*v1alpha1.GenerationStatus{}, parsed: parsed}
 	for i := range a.Status.Generations {
 		g := &a.Status.Generations[i]
 		e.observed[g.Name] = g
@@ -98,25 +104,28 @@ type evaluation struct {
 	soak, window time.Duration
 	override     *v1alpha1.Override
 
-	// Parsed once per evaluation: several gates read a generation's
-	// certificates, and published() reads every generation's.
-	parsed          map[string]parsedGeneration
+	// Several gates read a generation's certificates, and published()
+	// reads every generation's: each is parsed once.
+	parsed          parsedGenerations
 	canary, live    []Member
 	bundlesComputed bool
 }
+
+// parsedGenerations holds ParseGeneration's result per generation name
+// (unique in spec: listMapKey), for one Authority's spec.
+type parsedGenerations map[string]parsedGeneration
 
 type parsedGeneration struct {
 	certs []*x509.Certificate
 	err   error
 }
 
-// certs is ParseGeneration(g), parsed once per evaluation.
-func (e *evaluation) certs(g v1alpha1.Generation) ([]*x509.Certificate, error) {
-	key := g.CertificatePEM + "\x00" + g.ChainPEM // what ParseGeneration reads
-	p, ok := e.parsed[key]
+// certs is ParseGeneration(g), parsed once.
+func (m parsedGenerations) certs(g v1alpha1.Generation) ([]*x509.Certificate, error) {
+	p, ok := m[g.Name]
 	if !ok {
 		p.certs, p.err = ParseGeneration(g)
-		e.parsed[key] = p
+		m[g.Name] = p
 	}
 	return p.certs, p.err
 }
@@ -124,7 +133,7 @@ func (e *evaluation) certs(g v1alpha1.Generation) ([]*x509.Certificate, error) {
 // bundles is BundleContents(e.a), computed once per evaluation.
 func (e *evaluation) bundles() (canary, live []Member) {
 	if !e.bundlesComputed {
-		e.canary, e.live = bundleContents(e.a, e.certs)
+		e.canary, e.live = bundleContents(e.a, e.parsed.certs)
 		e.bundlesComputed = true
 	}
 	return e.canary, e.live
@@ -273,7 +282,7 @@ func (e *evaluation) edge(g v1alpha1.Generation, observed, next v1alpha1.Phase) 
 }
 
 func (e *evaluation) invalid(g v1alpha1.Generation) []closed {
-	certs, err := e.certs(g)
+	certs, err := e.parsed.certs(g)
 	if err != nil {
 		return []closed{{gate: v1alpha1.GateInvalidCertificate, message: err.Error()}}
 	}
@@ -286,7 +295,7 @@ func (e *evaluation) invalid(g v1alpha1.Generation) []closed {
 }
 
 func (e *evaluation) notYetValid(g v1alpha1.Generation) []closed {
-	certs, err := e.certs(g)
+	certs, err := e.parsed.certs(g)
 	if err != nil {
 		return nil // invalid() reports it
 	}

@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // observe replaces one Authority's series with what this sync found.
-func (m *metrics) observe(a *v1alpha1.Authority, plan Plan, bundles []desiredBundle, results []publishResult, now time.Time) {
+func (m *metrics) observe(a *v1alpha1.Authority, parsed parsedGenerations, plan Plan, bundles []desiredBundle, results []publishResult, now time.Time) {
 	signer := a.Spec.SignerName
 	m.mu.Lock()
 	m.signers[a.Name] = signer
@@ -89,7 +89,7 @@ func (m *metrics) observe(a *v1alpha1.Authority, plan Plan, bundles []desiredBun
 		}
 	}
 	for _, g := range a.Spec.Generations {
-		if certs, err := ParseGeneration(g); err == nil {
+		if certs, err := parsed.certs(g); err == nil {
 			m.caNotAfter.WithLabelValues(signer, g.Name).Set(float64(certs[0].NotAfter.Unix()))
 		}
 	}

@@ -21,7 +21,7 @@ import (
 // (GateOverridden) and an audit log line; an entry spec no longer asks for
 // is stale (OverrideStale). When no entry still waits (held by a gate no
 // override skips), the annotation is removed.
-func (c *Controller) reportOverride(ctx context.Context, a *v1alpha1.Authority, plan Plan, now time.Time) {
+func (c *Controller) reportOverride(ctx context.Context, a *v1alpha1.Authority, plan Plan, parsed parsedGenerations, now time.Time) {
 	raw, present := a.Annotations[v1alpha1.OverrideAnnotation]
 	if !present {
 		return
@@ -37,7 +37,7 @@ func (c *Controller) reportOverride(ctx context.Context, a *v1alpha1.Authority, 
 	// What the gates would have said without the override.
 	plain := a.DeepCopy()
 	delete(plain.Annotations, v1alpha1.OverrideAnnotation)
-	unforced := Evaluate(plain, now)
+	unforced := evaluate(plain, now, parsed)
 
 	waiting := false
 	var stale []string

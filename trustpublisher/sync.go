@@ -149,12 +149,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	// Canary health first: its condition is an input of the gates.
 	work := a.DeepCopy()
 	health, healthEvery := c.checkHealth(ctx, work, now)
-	plan := Evaluate(work, now)
+	parsed := parsedGenerations{} // of a.Spec, which work, next and reportOverride's copy share
+	plan := evaluate(work, now, parsed)
 	next := plan.Apply(work, now)
 	setSoakBaselines(next, health)
 
 	// Status first: the observed phases lead, the bundles follow them.
-	canary, live := BundleContents(next)
+	canary, live := bundleContents(next, parsed.certs)
 	desired := []desiredBundle{
 		c.desiredBundle(next, v1alpha1.BundleCanary, canary),
 		c.desiredBundle(next, v1alpha1.BundleLive, live),
@@ -172,13 +173,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.wrote(a, got)
 		logger.V(2).Info("Applied Authority status", "plan", planSummary(plan))
 	}
-	c.reportOverride(ctx, a, plan, now)
+	c.reportOverride(ctx, a, plan, parsed, now)
 
 	// Then the bundles, unless a generation they must hold has
 	// certificates that no longer parse: publishing without its root
 	// would break every leaf it signed. They stay as they are.
 	var published []publishResult
-	if err := unparsableMember(next); err != nil {
+	if err := unparsableMember(next, parsed); err != nil {
 		published = make([]publishResult, len(desired))
 		for i := range published {
 			published[i].err = err
@@ -207,7 +208,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			}
 		}
 	}
-	c.metrics.observe(next, plan, desired, published, now)
+	c.metrics.observe(next, parsed, plan, desired, published, now)
 
 	if fail != nil {
 		return reportedError{fail.err}
@@ -224,14 +225,14 @@ var errInvalidMember = errors.New("a generation in the bundle has unusable certi
 
 // unparsableMember returns an error naming the first generation whose
 // observed phase puts it in a bundle and whose certificates do not parse.
-func unparsableMember(a *v1alpha1.Authority) error {
+func unparsableMember(a *v1alpha1.Authority, parsed parsedGenerations) error {
 	observed := observedPhases(a)
 	for _, g := range a.Spec.Generations {
 		p := observed[g.Name]
 		if !InCanary(p) && !InLive(p) {
 			continue
 		}
-		if _, err := ParseGeneration(g); err != nil {
+		if _, err := parsed.certs(g); err != nil {
 			return fmt.Errorf("%w: generation %s (%s) would leave the bundles, which are kept as published until it is fixed: %w", errInvalidMember, g.Name, p, err)
 		}
 	}

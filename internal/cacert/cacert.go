@@ -18,7 +18,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/keyward/keyward/signer/authority"
 	"io"
 	"math/big"
 	"slices"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/signer/authority"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )

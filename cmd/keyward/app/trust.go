@@ -46,30 +46,18 @@ var ErrOverridePending = errors.New("another override is pending")
 // checkNoPendingOverride refuses to replace a pending override: it would
 // drop its generations silently (say, the Retired of a compromised key
 // whose successor's key is not ready yet).
-func checkNoPendingOverride(a *v1alpha1.Authority) error {
-	if _, ok := a.Annotations[v1alpha1.OverrideAnnotation]; !ok {
-		return nil
-	}
-	o, err := trustpublisher.ParseOverride(a)
-	if err != nil || o == nil {
-		return nil // unusable: the controller drops it; replacing it loses nothing
+func checkNoPendingOverride(a *v1alpha1.Authority, now time.Time) error {
+	plan := trustpublisher.Evaluate(a, now)
+	o := plan.Override
+	if o == nil {
+		return nil // none, or unusable: the controller drops it; replacing it loses nothing
 	}
 	// An entry still waits when spec asks for its phase and status does
-	// not show it yet; arrived or stale entries the controller drops.
+	// not show it yet; arrived or stale entries the controller drops
+	// (reportOverride reads the same steps).
 	waiting := false
 	for gen, phase := range o.Generations {
-		desired, observed := v1alpha1.Phase(""), v1alpha1.Phase("")
-		for _, g := range a.Spec.Generations {
-			if g.Name == gen {
-				desired = g.Phase
-			}
-		}
-		for _, g := range a.Status.Generations {
-			if g.Name == gen {
-				observed = g.Phase
-			}
-		}
-		if desired == phase && observed != phase {
+		if s, ok := plan.Step(gen); ok && s.Desired == phase && s.Observed != phase {
 			waiting = true
 		}
 	}
@@ -441,7 +429,7 @@ func (o *trustEditOptions) runPhase(ctx context.Context, out io.Writer, ref, gen
 			return nil
 		}
 		if o.force {
-			if err := checkNoPendingOverride(a); err != nil {
+			if err := checkNoPendingOverride(a, o.clock()); err != nil {
 				return err
 			}
 			if err := setOverride(edited, changed, o.reason, by); err != nil {

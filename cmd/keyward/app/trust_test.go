@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/trustpublisher"
@@ -123,7 +124,7 @@ func TestForceRefusesToReplaceAPendingOverride(t *testing.T) {
 		{"an unusable override is replaced (the controller drops it anyway)", `{"generations":{"a":"Retired"}}`, v1alpha1.PhasePromoted, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := checkNoPendingOverride(withAnnotation(tc.annotation, tc.observedB)); !errors.Is(err, tc.want) {
+			if err := checkNoPendingOverride(withAnnotation(tc.annotation, tc.observedB), time.Now()); !errors.Is(err, tc.want) {
 				t.Errorf("got %v, want %v", err, tc.want)
 			}
 		})
