@@ -1,5 +1,5 @@
 // Package testregistry runs a CNCF Distribution registry in the test's own
-// process, on 127.0.0.1, with in-memory storage and token authentication
+// process, on 127.0.0.1, with storage in a test directory and token authentication
 // trusting the keys a test gives it, and with one small image already
 // pushed so that pulls can be tried.
 package testregistry
@@ -25,6 +25,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,10 +38,10 @@ import (
 
 	"github.com/keyward/keyward/signer/registrytoken"
 
-	// The token access controller and the in-memory storage driver
+	// The token access controller and the filesystem storage driver
 	// register themselves by name.
 	_ "github.com/distribution/distribution/v3/registry/auth/token"
-	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 )
 
 // The image every registry holds.
@@ -56,8 +59,10 @@ type Options struct {
 	// auth.token.service (a token's iss and aud); defaults "keyward-test"
 	// and "registry.keyward.test".
 	Issuer, Service string
-	// Realm is the token endpoint named in challenges; default
-	// "https://token.keyward.test/token" (nothing serves it).
+	// Realm is the token endpoint named in challenges: a token service's
+	// https://HOST:PORT/token, which Pull then asks for tokens. Default
+	// "https://token.keyward.test/token" (nothing serves it). A registry
+	// started before its token service gets its Realm by Restart.
 	Realm string
 	// RootCerts go into auth.token.rootcertbundle: a token is trusted if
 	// its x5c chain ends at one of them, or its kid is the JWK thumbprint
@@ -73,19 +78,82 @@ type Options struct {
 
 // Registry is a running registry.
 type Registry struct {
-	// URL is http://127.0.0.1:PORT.
-	URL              string
+	// URL is http://127.0.0.1:PORT; Host is 127.0.0.1:PORT (the host of
+	// an image reference). Both stay the same across Restart.
+	URL, Host        string
 	Issuer, Service  string
 	Realm            string
 	ManifestDigest   string
 	ManifestContents []byte
+
+	dir     string
+	srv     *httptest.Server
+	handler atomic.Pointer[http.Handler]
+	// stop shuts the running app down; guarded by mu.
+	mu   sync.Mutex
+	stop func() error
 }
 
 // Start starts a registry that lives until the test ends, and pushes
 // Repository:Tag to it with a token signed by an admin key of its own.
 // The registry's logs are discarded (its logger is process-wide: logrus's
 // standard logger); set KEYWARD_TEST_REGISTRY_LOG=1 to see them.
+//
+// Its storage is a directory of the test's, so Restart keeps the image.
 func Start(t testing.TB, opts Options) *Registry {
+	t.Helper()
+	if os.Getenv("KEYWARD_TEST_REGISTRY_LOG") == "" {
+		logrus.SetOutput(io.Discard)
+	}
+	r := &Registry{dir: t.TempDir()}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		(*r.handler.Load()).ServeHTTP(w, req)
+	}))
+	r.URL = r.srv.URL
+	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
+	t.Cleanup(func() {
+		r.srv.Close()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err := r.stop(); err != nil {
+			t.Errorf("shutting the test registry down: %v", err)
+		}
+	})
+	admin, adminCert := selfSigned(t, "testregistry admin")
+	r.run(t, opts, adminCert)
+
+	now := time.Now()
+	tok, err := registrytoken.Mint(context.Background(), admin, registrytoken.Token{
+		Issuer: r.Issuer, Audience: r.Service, Subject: "testregistry-admin",
+		Access:    []registrytoken.Access{{Type: "repository", Name: Repository, Actions: []string{"pull", "push"}}},
+		NotBefore: now, Expiry: now.Add(5 * time.Minute),
+		Chain: []*x509.Certificate{adminCert},
+	})
+	if err != nil {
+		t.Fatalf("minting the admin token: %v", err)
+	}
+	r.push(t, tok)
+	return r
+}
+
+// Restart stops the registry and starts it again at the same address on
+// the same storage with opts, as an operator restarts a registry after
+// editing its configuration: Distribution's token access controller reads
+// auth.token.rootcertbundle and jwks once, when the app is built
+// (registry/auth/token/accesscontroller.go, newAccessController, called
+// from handlers.NewApp), so a registry learns a new root bundle — or
+// forgets a retired root — only by restarting. Requests arriving during
+// the restart are served by the old configuration until the new one is
+// ready. The image pushed by Start stays; the admin key does not (its
+// root is no longer in the bundle).
+func (r *Registry) Restart(t testing.TB, opts Options) {
+	t.Helper()
+	r.run(t, opts, nil)
+}
+
+// run builds an app for opts (adding extra to the root bundle), serves it
+// at r's address and shuts the one it replaces down.
+func (r *Registry) run(t testing.TB, opts Options, extra *x509.Certificate) {
 	t.Helper()
 	if opts.Issuer == "" {
 		opts.Issuer = "keyward-test"
@@ -96,14 +164,16 @@ func Start(t testing.TB, opts Options) *Registry {
 	if opts.Realm == "" {
 		opts.Realm = "https://token.keyward.test/token"
 	}
-	if os.Getenv("KEYWARD_TEST_REGISTRY_LOG") == "" {
-		logrus.SetOutput(io.Discard)
+	roots := opts.RootCerts
+	if extra != nil {
+		roots = append([]*x509.Certificate{extra}, roots...)
 	}
-
-	admin, adminCert := selfSigned(t, "testregistry admin")
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp(r.dir, "config-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var bundle bytes.Buffer
-	for _, c := range append([]*x509.Certificate{adminCert}, opts.RootCerts...) {
+	for _, c := range roots {
 		if err := pem.Encode(&bundle, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}); err != nil {
 			t.Fatal(err)
 		}
@@ -149,35 +219,28 @@ func Start(t testing.TB, opts Options) *Registry {
 	cfg.Log.AccessLog.Disabled = true
 	cfg.HTTP.Secret = hex.EncodeToString(secret)
 	cfg.Storage = configuration.Storage{
-		"inmemory":    configuration.Parameters{},
+		"filesystem":  configuration.Parameters{"rootdirectory": filepath.Join(r.dir, "storage")},
 		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
 	}
 	cfg.Auth = configuration.Auth{"token": tokenAuth}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	app := newApp(t, ctx, cfg)
-	srv := httptest.NewServer(app)
-	t.Cleanup(func() {
-		srv.Close()
+	var h http.Handler = app
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.stop
+	r.handler.Store(&h)
+	r.stop = func() error {
 		cancel()
-		if err := app.Shutdown(); err != nil {
-			t.Errorf("shutting the test registry down: %v", err)
-		}
-	})
-
-	r := &Registry{URL: srv.URL, Issuer: opts.Issuer, Service: opts.Service, Realm: opts.Realm}
-	now := time.Now()
-	tok, err := registrytoken.Mint(context.Background(), admin, registrytoken.Token{
-		Issuer: opts.Issuer, Audience: opts.Service, Subject: "testregistry-admin",
-		Access:    []registrytoken.Access{{Type: "repository", Name: Repository, Actions: []string{"pull", "push"}}},
-		NotBefore: now, Expiry: now.Add(5 * time.Minute),
-		Chain: []*x509.Certificate{adminCert},
-	})
-	if err != nil {
-		t.Fatalf("minting the admin token: %v", err)
+		return app.Shutdown()
 	}
-	r.push(t, tok)
-	return r
+	r.Issuer, r.Service, r.Realm = opts.Issuer, opts.Service, opts.Realm
+	if old != nil {
+		if err := old(); err != nil {
+			t.Errorf("shutting the replaced test registry down: %v", err)
+		}
+	}
 }
 
 // newApp builds the registry's handler; NewApp panics on a bad
