@@ -65,17 +65,17 @@ func CheckRepositoryPattern(p string) error {
 		return fmt.Errorf("%w: empty", ErrInvalidPattern)
 	}
 	if strings.Contains(prefix, "**") {
-		return fmt.Errorf("%w: %q: \"**\" only as the whole last path component (\"team/**\") or the whole pattern", ErrInvalidPattern, p)
+		return fmt.Errorf("%w: \"**\" only as the whole last path component (\"team/**\") or the whole pattern", ErrInvalidPattern)
 	}
 	// Every placeholder and wildcard stands for at least one character
 	// that keeps its component valid; what is left must be a repository
 	// name, so a pattern that can match no name is refused.
 	sample := strings.NewReplacer(PlaceholderNamespace, "x", PlaceholderServiceAccount, "x", "*", "x").Replace(prefix)
 	if strings.Contains(sample, "$") {
-		return fmt.Errorf("%w: %q: the only placeholders are %s and %s", ErrInvalidPattern, p, PlaceholderNamespace, PlaceholderServiceAccount)
+		return fmt.Errorf("%w: the only placeholders are %s and %s", ErrInvalidPattern, PlaceholderNamespace, PlaceholderServiceAccount)
 	}
 	if !ValidRepository(sample) {
-		return fmt.Errorf("%w: %q: want lowercase path components ([a-z0-9] separated by '.', '_', '__' or '-') joined by '/', with '*' within a component and an optional trailing \"/**\"", ErrInvalidPattern, p)
+		return fmt.Errorf("%w: want lowercase path components ([a-z0-9] separated by '.', '_', '__' or '-') joined by '/', with '*' within a component and an optional trailing \"/**\"", ErrInvalidPattern)
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func New(cfg *config.TokenServiceConfiguration) (*Policy, error) {
 		}
 		for j, pat := range cr.Repositories {
 			if err := config.CheckRepositoryPattern(pat); err != nil {
-				return nil, fmt.Errorf("%w: rules[%d].repositories[%d]: %w", ErrInvalidPolicy, i, j, err)
+				return nil, fmt.Errorf("%w: rules[%d].repositories[%d] %q: %w", ErrInvalidPolicy, i, j, pat, err)
 			}
 			r.patterns = append(r.patterns, compilePattern(pat))
 		}

@@ -323,3 +323,44 @@ func TestNewRefusesBadRules(t *testing.T) {
 		}
 	})
 }
+
+// The example configuration's rules do what its comments say.
+func TestTheExampleConfigurationsRules(t *testing.T) {
+	cfg, err := config.Load("../../../docs/token-service-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vendor := id("shop", "web")
+	vendor.Annotations = map[string]string{"keyward.dev/vendor-images": ""}
+	cases := []struct {
+		name                  string
+		who                   policy.Identity
+		service, repo, action string
+		want                  bool
+	}{
+		{"a pod pulls its namespace's images", id("shop", "default"), "registry.example.com", "shop/web", "pull", true},
+		{"a pod pulls shared base images", id("shop", "default"), "build-cache", "base/debian", "pull", true},
+		{"a pod does not pull another namespace's images", id("shop", "default"), "registry.example.com", "payments/api", "pull", false},
+		{"a pod does not push its namespace's images", id("shop", "default"), "registry.example.com", "shop/web", "push", false},
+		{"CI's builder pushes to the build cache", id("ci", "builder"), "build-cache", "ci/app/layer", "push", true},
+		{"CI's builder does not push to the main registry", id("ci", "builder"), "registry.example.com", "ci/app", "push", false},
+		{"another CI service account does not push", id("ci", "default"), "build-cache", "ci/app", "push", false},
+		{"an opted-in service account pulls vendor images", vendor, "registry.example.com", "vendor/db", "pull", true},
+		{"a service account without the annotation does not", id("shop", "web"), "registry.example.com", "vendor/db", "pull", false},
+		{"vendor images are not on the build cache", vendor, "build-cache", "vendor/db", "pull", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := p.Allows(tc.who, tc.service, tc.repo, tc.action); got != tc.want {
+				t.Errorf("Allows = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if r, ok := p.RegistryForHost("cache.internal:5000"); !ok || r.Service != "build-cache" {
+		t.Errorf("RegistryForHost(cache.internal:5000) = %+v, %v", r, ok)
+	}
+}
