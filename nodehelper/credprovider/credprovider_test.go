@@ -137,3 +137,24 @@ func TestNewValidatesOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeletRequestWireFormat pins what kubelet v1.37 writes on the
+// plugin's stdin (its JSON serializer: kind, apiVersion, then the fields;
+// serviceAccountToken only with tokenAttributes; a trailing newline), and
+// that the plugin reads it.
+func TestKubeletRequestWireFormat(t *testing.T) {
+	token := fakeJWT(testNow.Add(time.Hour))
+	got := string(kubeletRequest(t, "a.example/b", token, map[string]string{"k": "v"}))
+	want := `{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1",` +
+		`"image":"a.example/b","serviceAccountToken":"` + token + `","serviceAccountAnnotations":{"k":"v"}}` + "\n"
+	if got != want {
+		t.Fatalf("kubelet writes\n%s\nwant\n%s", got, want)
+	}
+	if _, err := credprovider.ReadRequest(strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	noToken := string(kubeletRequest(t, "a.example/b", "", nil))
+	if want := `{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"a.example/b"}` + "\n"; noToken != want {
+		t.Errorf("without tokenAttributes kubelet writes\n%s\nwant\n%s", noToken, want)
+	}
+}
