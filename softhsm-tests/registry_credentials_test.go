@@ -40,20 +40,17 @@ import (
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/signer/tokenservice"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 )
-
-// The service-account token audience of the registry credential tests:
-// the kubelet's tokenAttributes.serviceAccountTokenAudience and the token
-// service's audience.
-const registryAudience = "keyward.dev/registry"
 
 // registryEnv is one end-to-end setting of issue 13, all real parts: the
 // token-signing key's Authority made by `keyward ca init` (through the
@@ -111,13 +108,11 @@ func newRegistryEnv(t *testing.T, ctx context.Context, keyURI string, opts all.O
 	}
 	allowNodeAudience(t, ctx, e.node, e.puller)
 
-	addr := freeLoopbackAddr(t)
-	e.tokenURL = "https://" + addr
 	cfg := &tsconfig.TokenServiceConfiguration{
 		APIVersion: tsconfig.APIVersion, Kind: tsconfig.Kind,
 		KubeClient:     tokenServiceKubeClient(t),
 		LeaderElection: leaderElectionOff(),
-		Listen:         tsconfig.Listen{Address: addr, TLSCertFile: certFile, TLSKeyFile: keyFile},
+		Listen:         tsconfig.Listen{Address: "127.0.0.1:0", TLSCertFile: certFile, TLSKeyFile: keyFile},
 		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
 		SignerName:    e.rot.signer,
 		Issuer:        e.reg.Issuer,
@@ -130,7 +125,11 @@ func newRegistryEnv(t *testing.T, ctx context.Context, keyURI string, opts all.O
 			Repositories: []string{testregistry.Repository}, Actions: []string{tsconfig.ActionPull},
 		}},
 	}
-	startTokenService(t, cfg, opts)
+	cfg.Default()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatalf("token service configuration invalid: %v", errs.ToAggregate())
+	}
+	e.tokenURL = "https://" + startTokenService(t, cfg, opts)
 
 	// Generation a, made as an operator makes it; the token service's
 	// trust publisher bootstraps it to Active once its key check passes.
@@ -212,55 +211,29 @@ func (e *registryEnv) servingCertificate() (string, string) {
 	return write("tls.crt", "CERTIFICATE", der), write("tls.key", "PRIVATE KEY", keyDER)
 }
 
-// freeLoopbackAddr is a loopback address with a port nobody listened on a
-// moment ago.
-func freeLoopbackAddr(t *testing.T) string {
+// allowNodeAudience applies the shipped node RBAC
+// (deploy/examples/registry-credentials/node-rbac.yaml): NodeRestriction
+// refuses a node a token for an audience no pod volume references unless
+// the node may `request-serviceaccounts-token-audience` it. It waits until
+// node may request w's token, and removes the RBAC when the test ends.
+func allowNodeAudience(t *testing.T, ctx context.Context, node string, w *controlplane.WorkloadObjects) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	manifest, err := os.ReadFile(nodeRBACFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// allowNodeAudience lets node request service-account tokens for
-// registryAudience for its pods: NodeRestriction refuses an audience no
-// pod volume references unless the node may
-// `request-serviceaccounts-token-audience` it (core group, the audience as
-// the resource).
-func allowNodeAudience(t *testing.T, ctx context.Context, node string, w *controlplane.WorkloadObjects) {
-	t.Helper()
-	admin := cp.AdminClient()
-	name := uniqueName(t, "registry-audience")
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{""}, Resources: []string{registryAudience},
-			Verbs: []string{"request-serviceaccounts-token-audience"},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
+		t.Fatalf("applying %s: %v", nodeRBACFile, err)
 	}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:node:" + node}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-		_ = admin.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	// RBAC decides from its informers' caches: wait until the node's
-	// request for w's token is allowed.
+	t.Cleanup(func() { removeNodeRBAC(t, context.Background(), cp.AdminClient(), manifest) })
+	// RBAC decides from its informers' caches: wait until the grant is
+	// seen.
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, last = requestPodToken(ctx, nodeClient(t, node), w, registryAudience)
 		return last == nil, nil
 	}); err != nil {
-		t.Fatalf("the node, allowed the audience, still may not request it: %v", last)
+		t.Fatalf("the node, allowed the audience by %s, still may not request it: %v", nodeRBACFile, last)
 	}
 }
 
@@ -548,7 +521,10 @@ func TestRegistryCredentialsEndToEnd(t *testing.T) {
 					t.Fatal(err)
 				}
 				tok := podToken(t, ctx, nodeClient(t, e.node), gone, registryAudience)
-				if err := admin.CoreV1().Pods(gone.Pod.Namespace).Delete(ctx, gone.Pod.Name, metav1.DeleteOptions{}); err != nil {
+				// A pod on a node is deleted gracefully (it stays, terminating,
+				// until its kubelet confirms); gone means gone at once.
+				zero := int64(0)
+				if err := admin.CoreV1().Pods(gone.Pod.Namespace).Delete(ctx, gone.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 					t.Fatal(err)
 				}
 				return tok
@@ -728,6 +704,7 @@ func TestRegistryTokenKeyRotationDoesNotInterruptPulls(t *testing.T) {
 				return false, fmt.Errorf("keyward trust %s a: %w\n%s", verb, err, out)
 			}
 			if gate.Step.Gate == kwv1alpha1.GateLeavesValid {
+				t.Logf("keyward trust %s a refused by %s (the token service's reservation for a's tokens); forcing", verb, gate.Step.Gate)
 				if out, err := keyward(t, "trust", verb, r.signer, "a", "--force", "--reason", reason); err != nil {
 					return false, fmt.Errorf("keyward trust %s a --force: %w\n%s", verb, err, out)
 				}
@@ -736,6 +713,10 @@ func TestRegistryTokenKeyRotationDoesNotInterruptPulls(t *testing.T) {
 			return false, nil
 		}); err != nil {
 			t.Fatalf("%s a: %v", verb, err)
+		}
+		if verb == "retire" {
+			r.waitPhases("A Retiring", map[string]kwv1alpha1.Phase{"a": kwv1alpha1.PhaseRetiring, "b": kwv1alpha1.PhaseActive})
+			p.more(t, ctx, "with a Retiring")
 		}
 	}
 	r.waitPhases("A Retired", map[string]kwv1alpha1.Phase{"a": kwv1alpha1.PhaseRetired, "b": kwv1alpha1.PhaseActive})
@@ -805,9 +786,54 @@ func leaderElectionOff() signerconfig.LeaderElection {
 	return signerconfig.LeaderElection{Enabled: &off}
 }
 
-// startTokenService runs the token service in this process with cfg and
-// backends built with opts until the test ends.
-func startTokenService(t *testing.T, cfg *tsconfig.TokenServiceConfiguration, opts all.Options) {
+// startTokenService runs the token service in this process, as `keyward
+// token-service` runs it (the trust publisher for its signer name while it
+// leads), with cfg and backends built with opts, until the test ends. It
+// returns the HTTPS endpoint's address.
+func startTokenService(t *testing.T, cfg *tsconfig.TokenServiceConfiguration, opts all.Options) string {
 	t.Helper()
-	t.Skip("signer/tokenservice.Run is not on this branch yet (helper B's branch h-B)")
+	reg, err := all.NewRegistry(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "token-service.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan error, 1)
+	addrs := make(chan string, 1)
+	go func() {
+		done <- tokenservice.Run(ctx, tokenservice.Options{Config: cfg, Backends: reg, Identity: "token-service-0",
+			AlsoLead: app.TokenServiceCompanions(cfg),
+			Ready:    func(listen, _, _ string) { addrs <- listen }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("the token service stopped: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("the token service did not stop within 30s")
+		}
+		reg.Close()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("token service log:\n%s", b)
+		}
+	})
+	select {
+	case addr := <-addrs:
+		return addr
+	case err := <-done:
+		t.Fatalf("the token service did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the token service did not bind its listeners within 30s")
+	}
+	return ""
 }
