@@ -45,10 +45,14 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
+	"k8s.io/kubelet/pkg/apis/credentialprovider/install"
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 )
 
@@ -264,6 +268,14 @@ func requestPodToken(ctx context.Context, client kubernetes.Interface, w *contro
 	return tr.Status.Token, nil
 }
 
+// kubeletCodecs are built as kubelet builds its own: the credential
+// provider API group installed into a scheme, strict decoding.
+var kubeletCodecs = func() serializer.CodecFactory {
+	scheme := kruntime.NewScheme()
+	install.Install(scheme)
+	return serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+}()
+
 var (
 	keywardBinaryOnce sync.Once
 	keywardBinaryPath string
@@ -308,7 +320,7 @@ func buildKeyward() {
 
 // pluginResult is what one run of `keyward credential-provider` did.
 type pluginResult struct {
-	response       *credentialproviderv1.CredentialProviderResponse
+	response       *credentialproviderapi.CredentialProviderResponse
 	stdout, stderr string
 	exitCode       int
 }
@@ -319,19 +331,22 @@ type pluginResult struct {
 // stdin, carrying the pod's service-account token.
 func (e *registryEnv) runPlugin(t *testing.T, image, saToken string) pluginResult {
 	t.Helper()
-	req := credentialproviderv1.CredentialProviderRequest{
-		TypeMeta:                  metav1.TypeMeta{APIVersion: "credentialprovider.kubelet.k8s.io/v1", Kind: "CredentialProviderRequest"},
-		Image:                     image,
-		ServiceAccountToken:       saToken,
-		ServiceAccountAnnotations: map[string]string{},
+	// Encoded as kubelet's exec plugin encodes it (pkg/credentialprovider/
+	// plugin/plugin.go, k8s.io/kubernetes v1.37): the internal type through
+	// the JSON serializer's encoder for v1, which sets kind and apiVersion
+	// and ends with a newline.
+	info, ok := kruntime.SerializerInfoForMediaType(kubeletCodecs.SupportedMediaTypes(), kruntime.ContentTypeJSON)
+	if !ok {
+		t.Fatal("no JSON serializer")
 	}
-	in, err := json.Marshal(req)
+	in, err := kruntime.Encode(kubeletCodecs.EncoderForVersion(info.Serializer, credentialproviderv1.SchemeGroupVersion),
+		&credentialproviderapi.CredentialProviderRequest{Image: image, ServiceAccountToken: saToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(e.ctx, keywardBinary(t), "credential-provider",
 		"--token-service-url", e.tokenURL, "--ca-file", e.caFile, "--timeout", "10s")
-	cmd.Stdin = bytes.NewReader(append(in, '\n'))
+	cmd.Stdin = bytes.NewReader(in)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
@@ -344,10 +359,16 @@ func (e *registryEnv) runPlugin(t *testing.T, image, saToken string) pluginResul
 		t.Fatalf("running keyward credential-provider: %v", err)
 	}
 	if res.exitCode == 0 {
-		res.response = &credentialproviderv1.CredentialProviderResponse{}
-		if err := json.Unmarshal(stdout.Bytes(), res.response); err != nil {
-			t.Fatalf("the plugin's stdout is not a CredentialProviderResponse: %v\n%s", err, res.stdout)
+		// Read as kubelet reads it: strictly, into the internal type.
+		obj, gvk, err := kubeletCodecs.UniversalDecoder().Decode(stdout.Bytes(), nil, nil)
+		if err != nil {
+			t.Fatalf("kubelet would not decode the plugin's stdout: %v\n%s", err, res.stdout)
 		}
+		r, ok := obj.(*credentialproviderapi.CredentialProviderResponse)
+		if !ok || gvk.GroupVersion() != credentialproviderv1.SchemeGroupVersion {
+			t.Fatalf("the plugin answered a %s (%T)", gvk, obj)
+		}
+		res.response = r
 	}
 	return res
 }
@@ -367,9 +388,6 @@ func (e *registryEnv) credential(t *testing.T, w *controlplane.WorkloadObjects) 
 		t.Fatalf("keyward credential-provider exited %d: %s", res.exitCode, res.stderr)
 	}
 	r := res.response
-	if r.APIVersion != "credentialprovider.kubelet.k8s.io/v1" || r.Kind != "CredentialProviderResponse" {
-		t.Fatalf("the plugin answered %s %s", r.APIVersion, r.Kind)
-	}
 	if r.CacheDuration == nil || r.CacheDuration.Duration <= 0 {
 		t.Errorf("the plugin's cacheDuration %v is not positive", r.CacheDuration)
 	}
@@ -632,7 +650,9 @@ func (p *puller) more(t *testing.T, ctx context.Context, what string) {
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		return p.ok.Load() > from, nil
 	}); err != nil {
-		t.Fatalf("no pull succeeded %s: %v", what, err)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		t.Fatalf("no pull succeeded %s: %v; %d failed, the last: %v", what, err, len(p.failures), p.failures[max(0, len(p.failures)-1):])
 	}
 }
 
