@@ -536,6 +536,37 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The doc's projected volume for an in-cluster registry is admitted,
+	// and puts the bundle where registry-config.yml reads it.
+	var vols struct {
+		Volumes []corev1.Volume `json:"volumes"`
+	}
+	if err := yaml.UnmarshalStrict(docBlock(t, "clusterTrustBundle:"), &vols); err != nil || len(vols.Volumes) != 1 {
+		t.Fatalf("the doc's projected volume: %v (%d volumes)", err, len(vols.Volumes))
+	}
+	ctbVol := vols.Volumes[0]
+	bundlePath, _ := registryConfig(t).Auth["token"]["rootcertbundle"].(string)
+	mountDir := filepath.Dir(bundlePath)
+	if src := ctbVol.Projected.Sources[0].ClusterTrustBundle; src == nil || *src.SignerName != signerName || mountDir+"/"+src.Path != bundlePath {
+		t.Errorf("the doc's volume does not project %s's bundle to %s mounted at %s: %+v", signerName, bundlePath, mountDir, src)
+	}
+	// No controller manager makes default ServiceAccounts here.
+	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "registry"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "registry"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "registry",
+			Containers: []corev1.Container{{Name: "registry", Image: "registry:3",
+				VolumeMounts: []corev1.VolumeMount{{Name: ctbVol.Name, MountPath: mountDir, ReadOnly: true}}}},
+			Volumes: []corev1.Volume{ctbVol},
+		},
+	}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a registry pod with the doc's volume: %v", err)
+	}
+
 	user := "system:serviceaccount:" + namespace + ":" + serviceAccount
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
 	type attrs = authzv1.ResourceAttributes
@@ -657,4 +688,76 @@ func dryRunApply(ctx context.Context, cfg *rest.Config, manifest []byte) error {
 			return errors.Join(errors.New(gvk.Kind+" "+obj.GetName()), err)
 		}
 	}
+}
+
+// docBlocks returns the fenced ```yaml blocks of docs/registry-credentials.md,
+// each without the indentation of its fence.
+func docBlocks(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../../../docs/registry-credentials.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	var cur []string
+	indent, in := "", false
+	for _, l := range strings.Split(string(doc), "\n") {
+		trimmed := strings.TrimLeft(l, " ")
+		switch {
+		case !in && trimmed == "```yaml":
+			in, indent, cur = true, l[:len(l)-len(trimmed)], nil
+		case in && trimmed == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, strings.TrimPrefix(l, indent))
+		}
+	}
+	return blocks
+}
+
+func docBlock(t *testing.T, marker string) []byte {
+	t.Helper()
+	for _, b := range docBlocks(t) {
+		if strings.Contains(b, marker) {
+			return []byte(b)
+		}
+	}
+	t.Fatalf("docs/registry-credentials.md has no yaml block holding %q", marker)
+	return nil
+}
+
+// The configuration and the registry's auth block that
+// docs/registry-credentials.md shows are the example's, value for value.
+func TestDocShowsTheExample(t *testing.T) {
+	_, want := tokenServiceConfig(t, tokenServiceObjects(t))
+	var got tsconfig.TokenServiceConfiguration
+	if err := yaml.UnmarshalStrict(docBlock(t, "kind: TokenServiceConfiguration"), &got); err != nil {
+		t.Fatalf("the doc's configuration: %v", err)
+	}
+	if !equalJSON(t, got, want) {
+		t.Errorf("the doc's configuration differs from token-service.yaml's:\n%s", docBlock(t, "kind: TokenServiceConfiguration"))
+	}
+	var doc struct {
+		Auth configuration.Auth `json:"auth"`
+	}
+	if err := yaml.UnmarshalStrict(docBlock(t, "realm:"), &doc); err != nil {
+		t.Fatalf("the doc's auth block: %v", err)
+	}
+	if !equalJSON(t, doc.Auth, registryConfig(t).Auth) {
+		t.Errorf("the doc's auth block differs from registry-config.yml's: %v", doc.Auth)
+	}
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	ja, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(ja, jb)
 }
