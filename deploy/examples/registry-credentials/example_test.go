@@ -18,6 +18,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -54,6 +55,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	kubeletv1 "k8s.io/kubelet/config/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/backends"
@@ -306,14 +308,13 @@ func registryConfig(t *testing.T) *configuration.Configuration {
 
 // The registry configuration is valid for Distribution's own parser and
 // its auth.token block agrees with the token service's configuration:
-// the realm is the Service's /token, service is a configured registry,
+// the realm is an https /token, service is a configured registry,
 // issuer is the token service's, the roots come from a file, and
 // signingalgorithms is exactly the JWS algorithm of `keyward ca init`'s
 // default key (ECDSAP256 → ES256): no HS*, nothing else.
 func TestRegistryConfigAgreesWithTheTokenService(t *testing.T) {
 	objs := tokenServiceObjects(t)
 	_, ts := tokenServiceConfig(t, objs)
-	svc := find[*corev1.Service](t, objs)[0]
 	cfg := registryConfig(t)
 
 	if cfg.Auth.Type() != "token" {
@@ -325,8 +326,8 @@ func TestRegistryConfigAgreesWithTheTokenService(t *testing.T) {
 	if err != nil {
 		t.Fatalf("realm: %v", err)
 	}
-	if want := svc.Name + "." + svc.Namespace + ".svc"; realm.Scheme != "https" || realm.Host != want || realm.Path != "/token" {
-		t.Errorf("realm %s, want https://%s/token (the Service)", realm, want)
+	if realm.Scheme != "https" || realm.Host == "" || realm.Path != "/token" {
+		t.Errorf("realm %s, want https://HOST/token", realm)
 	}
 	if !slices.ContainsFunc(ts.Registries, func(r tsconfig.Registry) bool { return r.Service == str("service") }) {
 		t.Errorf("service %q is none of the token service's registries %+v", str("service"), ts.Registries)
@@ -760,4 +761,96 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return bytes.Equal(ja, jb)
+}
+
+// The kubelet's CredentialProviderConfig (kubelet-credential-provider-config.yaml)
+// agrees with the token service and the registry: it asks for tokens of the
+// token service's audience, caches per token (the credential is the token),
+// sends only images of configured registry hosts to the plugin, and points
+// the plugin at the host the registry names as its realm.
+func TestKubeletConfigAgreesWithTheTokenService(t *testing.T) {
+	data, err := registrycredentials.Files.ReadFile("kubelet-credential-provider-config.yaml")
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("kubelet-credential-provider-config.yaml is not in this tree yet")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc kubeletv1.CredentialProviderConfig
+	if err := yaml.UnmarshalStrict(data, &kc); err != nil {
+		t.Fatalf("kubelet-credential-provider-config.yaml: %v", err)
+	}
+	_, ts := tokenServiceConfig(t, tokenServiceObjects(t))
+	realm, err := url.Parse(registryConfig(t).Auth["token"]["realm"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(kc.Providers, func(p kubeletv1.CredentialProvider) bool {
+		return len(p.Args) > 0 && p.Args[0] == "credential-provider"
+	})
+	if i < 0 {
+		t.Fatal("no provider runs keyward credential-provider")
+	}
+	p := kc.Providers[i]
+	ta := p.TokenAttributes
+	if ta == nil || ta.ServiceAccountTokenAudience != ts.Audience {
+		t.Errorf("tokenAttributes %+v: want serviceAccountTokenAudience %q", ta, ts.Audience)
+	} else if ta.CacheType != kubeletv1.TokenServiceAccountTokenCacheType || ta.RequireServiceAccount == nil || !*ta.RequireServiceAccount {
+		t.Errorf("tokenAttributes %+v: want cacheType Token and requireServiceAccount", ta)
+	}
+	var hosts []string
+	for _, r := range ts.Registries {
+		hosts = append(hosts, r.Hosts...)
+		if len(r.Hosts) == 0 {
+			hosts = append(hosts, r.Service)
+		}
+	}
+	for _, m := range p.MatchImages {
+		if !slices.Contains(hosts, m) {
+			t.Errorf("matchImages %q is no configured registry host %v: the kubelet would hand the pod's token to it", m, hosts)
+		}
+	}
+	var base string
+	for _, a := range p.Args {
+		if v, ok := strings.CutPrefix(a, "--token-service-url="); ok {
+			base = v
+		}
+	}
+	if base+"/token" != realm.String() {
+		t.Errorf("the plugin calls %s, the registry sends clients to %s: one token service, one name", base, realm)
+	}
+}
+
+// kustomization.yaml lists every manifest of Kubernetes objects in the
+// example (not the kubelet's configuration, which goes to the nodes).
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	var kust struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+	}
+	if err := yaml.UnmarshalStrict(read(t, "kustomization.yaml"), &kust); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	all, err := fs.Glob(registrycredentials.Files, "*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range all {
+		if n == "kustomization.yaml" {
+			continue
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+		}
+		if err := yaml.Unmarshal(documents(t, read(t, n))[0], &head); err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if strings.HasPrefix(head.APIVersion, "kubelet.config.k8s.io/") {
+			continue
+		}
+		if !slices.Contains(kust.Resources, n) {
+			t.Errorf("kustomization.yaml does not list %s", n)
+		}
+	}
 }
