@@ -63,6 +63,7 @@ import (
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/registrytoken"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/signer/tokenservice/policy"
 
 	// The token access controller and the in-memory storage driver
 	// register themselves by name.
@@ -146,14 +147,11 @@ func find[T runtime.Object](t *testing.T, objs []runtime.Object) []T {
 func tokenServiceConfig(t *testing.T, objs []runtime.Object) (*corev1.ConfigMap, *tsconfig.TokenServiceConfiguration) {
 	t.Helper()
 	cm := find[*corev1.ConfigMap](t, objs)[0]
-	var cfg tsconfig.TokenServiceConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-		t.Fatalf("the ConfigMap's config.yaml: %v", err)
+	cfg, err := tsconfig.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("the ConfigMap's config.yaml, as keyward token-service reads it: %v", err)
 	}
-	if cfg.APIVersion != tsconfig.APIVersion || cfg.Kind != tsconfig.Kind {
-		t.Fatalf("config.yaml is %s %s", cfg.APIVersion, cfg.Kind)
-	}
-	return cm, &cfg
+	return cm, cfg
 }
 
 func port(t *testing.T, addr string) string {
@@ -732,8 +730,8 @@ func docBlock(t *testing.T, marker string) []byte {
 // docs/registry-credentials.md shows are the example's, value for value.
 func TestDocShowsTheExample(t *testing.T) {
 	_, want := tokenServiceConfig(t, tokenServiceObjects(t))
-	var got tsconfig.TokenServiceConfiguration
-	if err := yaml.UnmarshalStrict(docBlock(t, "kind: TokenServiceConfiguration"), &got); err != nil {
+	got, err := tsconfig.Parse(docBlock(t, "kind: TokenServiceConfiguration"))
+	if err != nil {
 		t.Fatalf("the doc's configuration: %v", err)
 	}
 	if !equalJSON(t, got, want) {
@@ -852,5 +850,52 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 		if !slices.Contains(kust.Resources, n) {
 			t.Errorf("kustomization.yaml does not list %s", n)
 		}
+	}
+}
+
+// The policy examples docs/registry-credentials.md tables ("Policy") are
+// what the example's rules grant.
+func TestDocumentedPolicyExamples(t *testing.T) {
+	_, cfg := tokenServiceConfig(t, tokenServiceObjects(t))
+	p, err := policy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../../docs/registry-credentials.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := map[string]string{"keyward.dev/registry-push": "true"}
+	for _, tc := range []struct {
+		name        string
+		ns, sa      string
+		annotations map[string]string
+		scope       string
+		want        string // granted, as repository:actions; "" for nothing
+	}{
+		{"a service account pulls its namespace's images", "team-a", "default", nil, "repository:team-a/web:pull", "team-a/web:pull"},
+		{"push is dropped without the annotation", "team-a", "default", nil, "repository:team-a/web:pull,push", "team-a/web:pull"},
+		{"an annotated service account pushes", "team-a", "ci", push, "repository:team-a/web:pull,push", "team-a/web:pull,push"},
+		{"another namespace's images are dropped", "team-a", "default", nil, "repository:team-b/web:pull", ""},
+		{"the namespace's own name is not below it", "team-a", "default", nil, "repository:team-a:pull", ""},
+		{"base images are for everyone", "x", "y", nil, "repository:base/debian:pull", "base/debian:pull"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !bytes.Contains(doc, []byte("`"+tc.scope+"`")) {
+				t.Errorf("the doc's table no longer shows %s", tc.scope)
+			}
+			scopes, errs := policy.ParseScopes([]string{tc.scope})
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			granted, _ := p.Grant(policy.Identity{Namespace: tc.ns, ServiceAccount: tc.sa, Annotations: tc.annotations}, cfg.Registries[0].Service, scopes)
+			var got string
+			for _, g := range granted {
+				got = g.Name + ":" + strings.Join(g.Actions, ",")
+			}
+			if len(granted) > 1 || got != tc.want {
+				t.Errorf("granted %+v, want %q", granted, tc.want)
+			}
+		})
 	}
 }
