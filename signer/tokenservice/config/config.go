@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	signerconfig "github.com/keyward/keyward/signer/config"
 )
 
 // Defaults applied by Default. The plain-HTTP ports differ from the
@@ -138,8 +139,6 @@ func (c *TokenServiceConfiguration) Default() {
 	}
 }
 
-var signerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-zA-Z0-9][-a-zA-Z0-9_.]*(/[-a-zA-Z0-9_.]+)*$`)
-
 // Validate checks the whole (defaulted) configuration and reports every
 // problem with its field path.
 func (c *TokenServiceConfiguration) Validate() field.ErrorList {
@@ -163,7 +162,7 @@ func (c *TokenServiceConfiguration) Validate() field.ErrorList {
 
 	if c.SignerName == "" {
 		errs = append(errs, field.Required(field.NewPath("signerName"), "the Authority whose Active generation signs tokens, e.g. keyward.dev/registry-token"))
-	} else if !signerNameRE.MatchString(c.SignerName) {
+	} else if !signerconfig.ValidSignerName(c.SignerName) {
 		errs = append(errs, field.Invalid(field.NewPath("signerName"), c.SignerName, "must be <domain>/<path>, e.g. keyward.dev/registry-token"))
 	}
 	if strings.TrimSpace(c.Issuer) == "" {
