@@ -85,6 +85,9 @@ type registryEnv struct {
 func newRegistryEnv(t *testing.T, ctx context.Context, keyURI string, opts all.Options, flags ...string) *registryEnv {
 	t.Helper()
 	e := &registryEnv{t: t, ctx: ctx, rot: newE2ERotation(t, ctx, "regtok")}
+	// The signer name the shipped RBAC lets the token service attest for.
+	// Tests in this package run one at a time; each deletes its Authority.
+	e.rot.signer = registryTokenSigner
 	go buildKeyward()
 	// The registry first (the token service's configuration names its
 	// host), with its realm set by a restart once the token service runs.
@@ -114,7 +117,7 @@ func newRegistryEnv(t *testing.T, ctx context.Context, keyURI string, opts all.O
 
 	cfg := &tsconfig.TokenServiceConfiguration{
 		APIVersion: tsconfig.APIVersion, Kind: tsconfig.Kind,
-		KubeClient:     tokenServiceKubeClient(t),
+		KubeClient:     tokenServiceKubeClient(t, ctx),
 		LeaderElection: leaderElectionOff(),
 		Listen:         tsconfig.Listen{Address: "127.0.0.1:0", TLSCertFile: certFile, TLSKeyFile: keyFile},
 		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
@@ -795,10 +798,36 @@ func tlsConfigFor(pool *x509.CertPool) *tls.Config {
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
 
-// tokenServiceKubeClient talks to the test apiserver as admin.
-func tokenServiceKubeClient(t *testing.T) signerconfig.KubeClient {
+// The token service's signer name and identity as the shipped manifest
+// (deploy/examples/registry-credentials/token-service.yaml) grants them.
+const (
+	registryTokenSigner       = "keyward.dev/registry-token"
+	tokenServiceAccount       = "keyward-token-service"
+	tokenServiceManifestsFile = "../deploy/examples/registry-credentials/token-service.yaml"
+)
+
+// tokenServiceKubeClient applies the shipped token service manifest (its
+// ServiceAccount and RBAC; the Deployment, Service and PDB stay inert
+// without controllers) and talks to the apiserver as that ServiceAccount,
+// so only the shipped RBAC grants the token service anything.
+func tokenServiceKubeClient(t *testing.T, ctx context.Context) signerconfig.KubeClient {
 	t.Helper()
-	return signerconfig.KubeClient{Kubeconfig: adminKubeconfig(t), QPS: 200, Burst: 400}
+	manifest, err := os.ReadFile(tokenServiceManifestsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
+		t.Fatalf("applying %s: %v", tokenServiceManifestsFile, err)
+	}
+	cfg, err := cp.ServiceAccountConfig(signerNamespace, tokenServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "token-service.kubeconfig")
+	if err := controlplane.WriteKubeconfig(cfg, tokenServiceAccount, path); err != nil {
+		t.Fatal(err)
+	}
+	return signerconfig.KubeClient{Kubeconfig: path, QPS: 200, Burst: 400}
 }
 
 func leaderElectionOff() signerconfig.LeaderElection {
