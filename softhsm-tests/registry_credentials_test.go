@@ -34,8 +34,10 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/cmd/keyward/app"
+	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/internal/kmstest"
 	"github.com/keyward/keyward/internal/testregistry"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	signerconfig "github.com/keyward/keyward/signer/config"
@@ -768,30 +770,66 @@ func TestRegistryTokenKeyRotationDoesNotInterruptPulls(t *testing.T) {
 	}
 }
 
-// TestRegistryTokensSignedInCloudKMS: the same minting with the token key
-// in Cloud KMS (the wire-level fake through the real SDK), made by
-// `keyward ca init`: the plugin's credential pulls, and the fake served
-// the token's signature.
-func TestRegistryTokensSignedInCloudKMS(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
+// TestRegistryTokensSignedInKMS: the same minting with the token key in
+// Cloud KMS (ES256) or AWS KMS (RS256 from an RSA-3072 key) — the
+// wire-level fakes through the real SDKs — made by `keyward ca init`: the
+// plugin's credential pulls, and the fake served the token's signature.
+func TestRegistryTokensSignedInKMS(t *testing.T) {
 	fakes := startKMSFakes(t)
-	e := newRegistryEnv(t, ctx, "gcpkms:"+fakes.cryptoKey, fakes.opts, "--algorithm", "ECDSAP256", "--gcpkms-emulator", fakes.gcp.Addr())
-	if !strings.HasPrefix(e.caA.uri, "gcpkms:") {
-		t.Fatalf("generation a's key URI %s is not a gcpkms URI", e.caA.uri)
+	// ca init reads AWS credentials the SDK's default way: the environment.
+	kmstest.AWSEnv(t, awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey)
+	for _, tc := range []struct {
+		name, uri, alg string
+		flags          []string
+		signs          func() int
+	}{
+		{"gcpkms", "gcpkms:" + fakes.cryptoKey, "ES256", []string{"--algorithm", "ECDSAP256", "--gcpkms-emulator", fakes.gcp.Addr()},
+			func() int { return fakes.gcp.Calls(gcpkmsfake.AsymmetricSign) }},
+		{"awskms", "awskms:region=eu-west-1?endpoint=" + fakes.aws.URL(), "RS256", []string{"--algorithm", "RSA3072"},
+			func() int { return fakes.aws.Calls(awskmsfake.Sign) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			e := newRegistryEnv(t, ctx, tc.uri, fakes.opts, tc.flags...)
+			if !strings.HasPrefix(e.caA.uri, tc.name+":") {
+				t.Fatalf("generation a's key URI %s is not a %s URI", e.caA.uri, tc.name)
+			}
+			user, password := e.credential(t, e.puller)
+			before := tc.signs()
+			dgst, err := e.pull(testregistry.Repository, user, password)
+			if err != nil {
+				t.Fatalf("pull with a token signed in %s: %v", tc.name, err)
+			}
+			if dgst != e.reg.ManifestDigest {
+				t.Fatalf("pulled %s, pushed %s", dgst, e.reg.ManifestDigest)
+			}
+			if tc.signs() == before {
+				t.Errorf("a pull succeeded but the %s fake served no signature", tc.name)
+			}
+			tok, _ := e.registryToken(t, password)
+			if alg := tokenAlgorithm(t, tok); alg != tc.alg {
+				t.Errorf("the token is signed with %s, want %s", alg, tc.alg)
+			}
+		})
 	}
-	user, password := e.credential(t, e.puller)
-	before := fakes.gcp.Calls(gcpkmsfake.AsymmetricSign)
-	dgst, err := e.pull(testregistry.Repository, user, password)
+}
+
+// tokenAlgorithm is a JWS's alg header.
+func tokenAlgorithm(t *testing.T, jwt string) string {
+	t.Helper()
+	head, _, _ := strings.Cut(jwt, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(head)
 	if err != nil {
-		t.Fatalf("pull with a token signed in Cloud KMS: %v", err)
+		t.Fatal(err)
 	}
-	if dgst != e.reg.ManifestDigest {
-		t.Fatalf("pulled %s, pushed %s", dgst, e.reg.ManifestDigest)
+	var h struct {
+		Alg string `json:"alg"`
 	}
-	if fakes.gcp.Calls(gcpkmsfake.AsymmetricSign) == before {
-		t.Error("a pull succeeded but the Cloud KMS fake served no signature")
+	if err := json.Unmarshal(raw, &h); err != nil {
+		t.Fatal(err)
 	}
+	return h.Alg
 }
 
 func tlsConfigFor(pool *x509.CertPool) *tls.Config {
