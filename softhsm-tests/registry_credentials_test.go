@@ -418,7 +418,13 @@ func (e *registryEnv) pull(repo, username, password string) (string, error) {
 // containerd's fallback does) for a pull token of the test repository.
 func (e *registryEnv) registryToken(t *testing.T, password string) (string, int) {
 	t.Helper()
-	q := url.Values{"service": {e.reg.Service}, "scope": {"repository:" + testregistry.Repository + ":pull"}}
+	return e.registryTokenFor(t, password, testregistry.Repository)
+}
+
+// registryTokenFor is registryToken for a pull of repo.
+func (e *registryEnv) registryTokenFor(t *testing.T, password, repo string) (string, int) {
+	t.Helper()
+	q := url.Values{"service": {e.reg.Service}, "scope": {"repository:" + repo + ":pull"}}
 	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, e.tokenURL+"/token?"+q.Encode(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -519,6 +525,13 @@ func TestRegistryCredentialsEndToEnd(t *testing.T) {
 		// does not hold.
 		if _, err := e.pull("keyward/other", user, password); !errors.Is(err, testregistry.ErrRegistryRefused) {
 			t.Fatalf("pull of keyward/other: %v, want %v", err, testregistry.ErrRegistryRefused)
+		}
+		tok, code := e.registryTokenFor(t, password, "keyward/other")
+		if code != http.StatusOK {
+			t.Fatalf("token for keyward/other: status %d, want 200 with the scope dropped", code)
+		}
+		if access := tokenAccess(t, tok); len(access) != 0 {
+			t.Errorf("token for keyward/other grants %+v, want nothing", access)
 		}
 	})
 
@@ -813,6 +826,26 @@ func TestRegistryTokensSignedInKMS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tokenAccess is a registry token's access claim.
+func tokenAccess(t *testing.T, jwt string) []registrytoken.Access {
+	t.Helper()
+	parts := strings.Split(jwt, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWS: %q", jwt)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Access []registrytoken.Access `json:"access"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Access
 }
 
 // tokenAlgorithm is a JWS's alg header.
