@@ -119,6 +119,7 @@ type KubeReviewer struct {
 	mu      sync.Mutex
 	cache   map[[32]byte]cached
 	flights map[[32]byte]*reviewFlight
+	waiting int // callers waiting for a flight (tests read it)
 
 	grants grantLog
 }
@@ -169,13 +170,17 @@ func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error
 	if f == nil {
 		f = &reviewFlight{done: make(chan struct{})}
 		r.flights[key] = f
-		r.mu.Unlock()
 		// The shared review outlives a caller that gives up: others wait
 		// for it too.
-		go r.fly(klog.NewContext(context.WithoutCancel(ctx), klog.FromContext(ctx)), key, token, claims, f)
-	} else {
-		r.mu.Unlock()
+		go r.fly(context.WithoutCancel(ctx), key, token, claims, f)
 	}
+	r.waiting++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.waiting--
+		r.mu.Unlock()
+	}()
 	select {
 	case <-f.done:
 		return f.review, f.err
