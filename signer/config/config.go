@@ -384,6 +384,10 @@ func (c *SignerConfiguration) Default() {
 
 var signerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-zA-Z0-9][-a-zA-Z0-9_.]*(/[-a-zA-Z0-9_.]+)*$`)
 
+// ValidSignerName reports whether s has a signer name's form,
+// <domain>/<path> (e.g. keyward.dev/pod-identity).
+func ValidSignerName(s string) bool { return signerNameRE.MatchString(s) }
+
 var (
 	trustDomainRE   = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	annotationKeyRE = regexp.MustCompile(`^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]*$`)
