@@ -31,7 +31,18 @@ const testAudience = "keyward.dev/registry"
 // not checked here: the fake apiserver below decides).
 func jwt(t *testing.T, aud any, exp time.Time) string {
 	t.Helper()
-	claims := map[string]any{"aud": aud, "sub": "system:serviceaccount:team-a:puller"}
+	return jwtClaimsOf(t, map[string]any{"aud": aud, "sub": "system:serviceaccount:team-a:puller"}, exp)
+}
+
+// podJWT is a token whose claims bind it to pod team-a/app of uid.
+func podJWT(t *testing.T, exp time.Time, uid string) string {
+	t.Helper()
+	return jwtClaimsOf(t, map[string]any{"aud": []string{testAudience}, "sub": "system:serviceaccount:team-a:puller",
+		"kubernetes.io": map[string]any{"namespace": "team-a", "pod": map[string]any{"name": "app", "uid": uid}}}, exp)
+}
+
+func jwtClaimsOf(t *testing.T, claims map[string]any, exp time.Time) string {
+	t.Helper()
 	if !exp.IsZero() {
 		claims["exp"] = exp.Unix()
 	}
@@ -126,6 +137,13 @@ func TestReviewerRefusals(t *testing.T) {
 		{name: "a token the apiserver does not authenticate is refused quoting its error",
 			token: ok, status: authnv1.TokenReviewStatus{Error: "invalid bearer token, square/go-jose: error in cryptographic primitive"},
 			wantReason: ReasonNotAuthenticated, wantInMsg: "cryptographic primitive", wantAsked: true},
+		{name: "a token the apiserver invalidated because its pod is gone is refused as PodGone",
+			token: podJWT(t, exp, "uid-1"), status: authnv1.TokenReviewStatus{Error: "service account token has been invalidated"},
+			wantReason: ReasonPodGone, wantInMsg: "team-a/app", wantAsked: true},
+		{name: "a token the apiserver refused whose pod exists stays NotAuthenticated",
+			token: podJWT(t, exp, "uid-1"), status: authnv1.TokenReviewStatus{Error: "square/go-jose: error in cryptographic primitive"},
+			objects:    []kruntime.Object{testPod("team-a", "app", "uid-1", corev1.PodRunning)},
+			wantReason: ReasonNotAuthenticated, wantAsked: true},
 		{name: "a token authenticated for other audiences is refused",
 			token: ok, status: func() authnv1.TokenReviewStatus {
 				s := boundStatus("team-a", "puller", "app", "uid-1")
