@@ -119,6 +119,7 @@ type KubeReviewer struct {
 	mu      sync.Mutex
 	cache   map[[32]byte]cached
 	flights map[[32]byte]*reviewFlight
+	waiting int // callers waiting for a flight (tests read it)
 
 	grants grantLog
 }
@@ -169,13 +170,17 @@ func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error
 	if f == nil {
 		f = &reviewFlight{done: make(chan struct{})}
 		r.flights[key] = f
-		r.mu.Unlock()
 		// The shared review outlives a caller that gives up: others wait
 		// for it too.
-		go r.fly(klog.NewContext(context.WithoutCancel(ctx), klog.FromContext(ctx)), key, token, claims, f)
-	} else {
-		r.mu.Unlock()
+		go r.fly(context.WithoutCancel(ctx), key, token, claims, f)
 	}
+	r.waiting++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.waiting--
+		r.mu.Unlock()
+	}()
 	select {
 	case <-f.done:
 		return f.review, f.err
@@ -231,6 +236,9 @@ func (r *KubeReviewer) store(key [32]byte, rv *Review) {
 type unverifiedClaims struct {
 	aud    []string
 	expiry time.Time
+	// namespace, pod and podUID are the kubernetes.io claims of a
+	// pod-bound token.
+	namespace, pod, podUID string
 }
 
 // precheck refuses, without asking the apiserver, a token that cannot be
@@ -265,13 +273,20 @@ func parseClaims(token string) (*unverifiedClaims, error) {
 		return nil, errors.New("not a JWT (payload is not base64url)")
 	}
 	var raw struct {
-		Aud json.RawMessage `json:"aud"`
-		Exp *json.Number    `json:"exp"`
+		Aud  json.RawMessage `json:"aud"`
+		Exp  *json.Number    `json:"exp"`
+		Kube struct {
+			Namespace string `json:"namespace"`
+			Pod       struct {
+				Name string `json:"name"`
+				UID  string `json:"uid"`
+			} `json:"pod"`
+		} `json:"kubernetes.io"`
 	}
 	if err := json.Unmarshal(payload, &raw); err != nil {
 		return nil, errors.New("not a JWT (payload is not a JSON object)")
 	}
-	c := &unverifiedClaims{}
+	c := &unverifiedClaims{namespace: raw.Kube.Namespace, pod: raw.Kube.Pod.Name, podUID: raw.Kube.Pod.UID}
 	if len(raw.Aud) > 0 {
 		var one string
 		if json.Unmarshal(raw.Aud, &one) == nil {
@@ -308,6 +323,11 @@ func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverif
 				e = e[:maxStatusError] + "…"
 			}
 			msg += ": " + e
+		}
+		if gone := r.podGone(ctx, claims); gone != "" {
+			// The apiserver says only "service account token has been
+			// invalidated" when the bound pod is gone.
+			return nil, &RefusedError{Reason: ReasonPodGone, Message: gone + " (" + msg + ")"}
 		}
 		return nil, &RefusedError{Reason: ReasonNotAuthenticated, Message: msg}
 	}
@@ -355,6 +375,23 @@ func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverif
 	}
 	id.Annotations = maps.Clone(acct.Annotations)
 	return &Review{Identity: id, Expiry: claims.expiry}, nil
+}
+
+// podGone explains a token the apiserver refused whose (unverified) claims
+// name a pod that no longer exists: it returns the explanation, or "" when
+// the pod exists or cannot be read.
+func (r *KubeReviewer) podGone(ctx context.Context, c *unverifiedClaims) string {
+	if c.namespace == "" || c.pod == "" || c.podUID == "" {
+		return ""
+	}
+	pod, err := r.o.Client.CoreV1().Pods(c.namespace).Get(ctx, c.pod, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("pod %s/%s, to which the token is bound, no longer exists", c.namespace, c.pod)
+	case err == nil && string(pod.UID) != c.podUID:
+		return fmt.Sprintf("pod %s/%s (uid %s), to which the token is bound, no longer exists (a pod of that name has uid %s)", c.namespace, c.pod, c.podUID, pod.UID)
+	}
+	return ""
 }
 
 // serviceAccount splits system:serviceaccount:NS:SA.

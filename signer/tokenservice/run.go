@@ -14,6 +14,7 @@ package tokenservice
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -69,43 +70,23 @@ const (
 	keeperAhead = 5 * time.Minute
 )
 
-// withDefaults returns a copy of cfg with the defaults Run relies on
-// filled in where the file left them zero.
-func withDefaults(in *config.TokenServiceConfiguration) *config.TokenServiceConfiguration {
-	c := *in
-	if c.Listen.Address == "" {
-		c.Listen.Address = ":8443"
+// complete returns a defaulted, validated deep copy of in: Run accepts a
+// configuration built in code (tests) as well as one Load read.
+func complete(in *config.TokenServiceConfiguration) (*config.TokenServiceConfiguration, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("copying the configuration: %w", err)
 	}
-	if c.MetricsAddress == "" {
-		c.MetricsAddress = ":9090"
+	c := &config.TokenServiceConfiguration{}
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("copying the configuration: %w", err)
 	}
-	if c.HealthAddress == "" {
-		c.HealthAddress = ":9091"
+	c.Default()
+	if errs := c.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid token service configuration: %w", errs.ToAggregate())
 	}
-	if c.TokenLifetime.Duration == 0 {
-		c.TokenLifetime.Duration = defaultTokenLifetime
-	}
-	le := &c.LeaderElection
-	if le.Namespace == "" {
-		le.Namespace = "keyward"
-	}
-	if le.LeaseName == "" {
-		le.LeaseName = "keyward-token-service"
-	}
-	if le.LeaseDuration.Duration == 0 {
-		le.LeaseDuration.Duration = 15 * time.Second
-	}
-	if le.RenewDeadline.Duration == 0 {
-		le.RenewDeadline.Duration = 10 * time.Second
-	}
-	if le.RetryPeriod.Duration == 0 {
-		le.RetryPeriod.Duration = 2 * time.Second
-	}
-	return &c
+	return c, nil
 }
-
-// defaultReviewCacheTTL is used when the configuration sets none.
-const defaultReviewCacheTTL = 10 * time.Second
 
 // Run serves the token service until ctx ends or leadership is lost (an
 // error: the process should exit and restart).
@@ -113,9 +94,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Config == nil || o.Backends == nil {
 		return errors.New("the token service needs a configuration and a backends registry")
 	}
-	cfg := withDefaults(o.Config)
-	if cfg.SignerName == "" || cfg.Audience == "" {
-		return errors.New("the token service needs a signerName and an audience")
+	cfg, err := complete(o.Config)
+	if err != nil {
+		return err
 	}
 	logger := klog.FromContext(ctx)
 	pol, err := policy.New(cfg)
@@ -155,11 +136,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	iss := gens.Issuer(cfg.SignerName)
 
-	ttl := defaultReviewCacheTTL
-	if cfg.ReviewCacheTTL != nil {
-		ttl = cfg.ReviewCacheTTL.Duration
-	}
-	reviewer, err := NewReviewer(ReviewerOptions{Client: client, Audience: cfg.Audience, CacheTTL: ttl, Metrics: metrics})
+	reviewer, err := NewReviewer(ReviewerOptions{Client: client, Audience: cfg.Audience, CacheTTL: cfg.ReviewCacheTTL.Duration, Metrics: metrics})
 	if err != nil {
 		return err
 	}

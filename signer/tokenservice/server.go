@@ -71,9 +71,6 @@ type Server struct {
 	keyID    string
 }
 
-// defaultTokenLifetime is used when Config.TokenLifetime is zero.
-const defaultTokenLifetime = 5 * time.Minute
-
 // NewServer validates o. It starts nothing.
 func NewServer(o ServerOptions) (*Server, error) {
 	if o.Config == nil || o.Policy == nil || o.Reviewer == nil || o.Issuer == nil {
@@ -84,7 +81,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 	}
 	s := &Server{o: o, lifetime: o.Config.TokenLifetime.Duration, keyID: o.Config.KeyIdentifier}
 	if s.lifetime == 0 {
-		s.lifetime = defaultTokenLifetime
+		s.lifetime = config.DefaultTokenLifetime
 	}
 	if s.lifetime < 0 {
 		return nil, fmt.Errorf("token lifetime %s is negative", s.lifetime)
