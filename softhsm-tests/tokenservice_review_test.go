@@ -41,7 +41,7 @@ import (
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 )
 
-const registryAudience = "keyward.dev/registry"
+// registryAudience is declared in node_token_audience_test.go (h-C).
 
 // reviewerClient is a client for a user holding exactly the grants the
 // token service's reviewer needs (tokenreviews create, pods and
