@@ -565,10 +565,10 @@ func TestRegistryCredentialsEndToEnd(t *testing.T) {
 				}
 				return tok
 			},
-			want: []string{}},
+			want: []string{"gone", "no longer exists"}},
 		{name: "a token that is not a service-account token is refused",
 			tok:  func() string { return "not-a-token" },
-			want: []string{}},
+			want: []string{"serviceAccountToken"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := e.runPlugin(t, e.image(testregistry.Repository), tc.tok())
