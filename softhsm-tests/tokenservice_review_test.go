@@ -41,8 +41,6 @@ import (
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 )
 
-const registryAudience = "keyward.dev/registry"
-
 // reviewerClient is a client for a user holding exactly the grants the
 // token service's reviewer needs (tokenreviews create, pods and
 // serviceaccounts get), or none when grant is false.

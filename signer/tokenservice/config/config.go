@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -14,9 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
+	"github.com/keyward/keyward/internal/strictyaml"
 	signerconfig "github.com/keyward/keyward/signer/config"
 )
 
@@ -54,16 +52,8 @@ func Load(path string) (*TokenServiceConfiguration, error) {
 // field's path; field names are case-sensitive), defaults and validates it.
 func Parse(data []byte) (*TokenServiceConfiguration, error) {
 	var cfg TokenServiceConfiguration
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	strict, err := kjson.UnmarshalStrict(js, &cfg)
-	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("decoding: %w", errors.Join(strict...))
+	if err := strictyaml.Decode(data, &cfg); err != nil {
+		return nil, err
 	}
 	cfg.Default()
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -142,13 +132,7 @@ func (c *TokenServiceConfiguration) Default() {
 // Validate checks the whole (defaulted) configuration and reports every
 // problem with its field path.
 func (c *TokenServiceConfiguration) Validate() field.ErrorList {
-	var errs field.ErrorList
-	if c.APIVersion != APIVersion {
-		errs = append(errs, field.Invalid(field.NewPath("apiVersion"), c.APIVersion, "must be "+APIVersion))
-	}
-	if c.Kind != Kind {
-		errs = append(errs, field.Invalid(field.NewPath("kind"), c.Kind, "must be "+Kind))
-	}
+	errs := strictyaml.CheckTypeMeta(c.APIVersion, c.Kind, APIVersion, Kind)
 	if c.KubeClient.QPS < 0 || c.KubeClient.Burst < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("kubeClient"), c.KubeClient, "qps and burst must not be negative"))
 	}
