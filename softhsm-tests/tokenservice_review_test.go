@@ -41,6 +41,8 @@ import (
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 )
 
+// registryAudience is declared in node_token_audience_test.go (h-C).
+
 // reviewerClient is a client for a user holding exactly the grants the
 // token service's reviewer needs (tokenreviews create, pods and
 // serviceaccounts get), or none when grant is false.
@@ -228,16 +230,16 @@ func servingPair(t *testing.T) (string, string, *x509.CertPool) {
 	return certFile, keyFile, pool
 }
 
-// runningTokenService is a tokenservice.Run started by startTokenService.
+// runningTokenService is a tokenservice.Run started by startMintingTokenService.
 type runningTokenService struct {
 	listen, health string
 	client         *http.Client
 }
 
-// startTokenService runs the token service for signerName (registry reg,
+// startMintingTokenService runs the token service for signerName (registry reg,
 // granting pull of keyward/* to namespace ns's "puller") until the test
 // ends; it returns once the listeners are bound.
-func startTokenService(t *testing.T, signerName string, reg *testregistry.Registry, ns string) *runningTokenService {
+func startMintingTokenService(t *testing.T, signerName string, reg *testregistry.Registry, ns string) *runningTokenService {
 	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), "admin", kubeconfig); err != nil {
@@ -322,7 +324,7 @@ func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
 	activeAuthority(t, signerName, uri, caFile)
 	reg := testregistry.Start(t, testregistry.Options{RootCerts: []*x509.Certificate{root}, SigningAlgorithms: []string{"ES256"}})
 	w := registryWorkload(t, ctx, uniqueName(t, "ns"), uniqueName(t, "node"), "app")
-	ts := startTokenService(t, signerName, reg, w.Pod.Namespace)
+	ts := startMintingTokenService(t, signerName, reg, w.Pod.Namespace)
 	if err := waitReady(ts.health); err != nil {
 		t.Fatalf("token service not ready: %v", err)
 	}
@@ -364,7 +366,7 @@ func TestTheTokenServiceWithoutAnActiveKeyIsUnreadyAndSignsNothing(t *testing.T)
 	signerName := "keyward.dev/" + uniqueName(t, "regtokens")
 	reg := testregistry.Start(t, testregistry.Options{})
 	w := registryWorkload(t, ctx, uniqueName(t, "ns"), uniqueName(t, "node"), "app")
-	ts := startTokenService(t, signerName, reg, w.Pod.Namespace)
+	ts := startMintingTokenService(t, signerName, reg, w.Pod.Namespace)
 	tok := saToken(t, ctx, w, registryAudience, false)
 
 	code, body := httpGet(t, "http://"+ts.health+"/readyz")
