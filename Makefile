@@ -80,7 +80,7 @@ BENCH_COUNT ?= 5
 BENCH_OUT   ?= docs/bench
 BURST_COUNT ?= 2
 
-.PHONY: bench
+.PHONY: bench bench-tokens
 bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.txt; see docs/benchmarks.md
 	@mkdir -p $(BENCH_OUT)
 	@# One round per go test run, so that raw and keyward alternate and the VM's drift hits both alike.
@@ -88,6 +88,11 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	$(GO) test -run '^$$' -bench . -benchtime 5s -count $(BENCH_COUNT) ./backends/gcpkms/ ./backends/awskms/ | tee $(BENCH_OUT)/backends-kms.txt
 	$(MAKE) controlplane
 	$(GO) test -run '^$$' -bench PCR -benchtime 1x -count $(BENCH_COUNT) ./softhsm-tests/ | tee $(BENCH_OUT)/signer.txt
+	$(MAKE) bench-tokens
 	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
 	$(GO) build -o bin/keyward ./cmd/keyward
 	for i in $$(seq $(BURST_COUNT)); do KEYWARD_BURST_BINARY=$(CURDIR)/bin/keyward $(GO) test -run '^$$' -bench Burst10k -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/burst.txt
+
+bench-tokens: controlplane ## the registry token service's issuance rate and latency ($(BENCH_COUNT) rounds) into $(BENCH_OUT)/tokenservice.txt
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench TokenService -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/tokenservice.txt
