@@ -2,7 +2,6 @@ package agent
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,15 +12,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/internal/strictyaml"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/nodehelper/trust"
+	signerconfig "github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 )
 
 // APIVersion and Kind of the configuration file.
@@ -173,17 +172,9 @@ func Load(path string) (*Configuration, error) {
 
 // Parse is Load on the file's content.
 func Parse(data []byte) (*Configuration, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
 	var cfg Configuration
-	strict, err := kjson.UnmarshalStrict(js, &cfg)
-	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("decoding: %w", errors.Join(strict...))
+	if err := strictyaml.Decode(data, &cfg); err != nil {
+		return nil, err
 	}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
@@ -260,9 +251,8 @@ func (c *Configuration) Default() {
 
 var (
 	// storeNameRE is what a certstore name may be (a DNS label).
-	storeNameRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	signerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-zA-Z0-9][-a-zA-Z0-9_.]*(/[-a-zA-Z0-9_.]+)*$`)
-	keyTypes     = []string{nodehelper.KeyTypeRSA3072, nodehelper.KeyTypeRSA4096, nodehelper.KeyTypeECDSAP256,
+	storeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	keyTypes    = []string{nodehelper.KeyTypeRSA3072, nodehelper.KeyTypeRSA4096, nodehelper.KeyTypeECDSAP256,
 		nodehelper.KeyTypeECDSAP384, nodehelper.KeyTypeECDSAP521, nodehelper.KeyTypeED25519}
 	// keyUsages are the usages certificates.k8s.io/v1 knows.
 	keyUsages = func() map[certv1.KeyUsage]bool {
@@ -283,13 +273,7 @@ var (
 // field.ErrorList aggregate (errors.As to utilerrors.Aggregate, each a
 // *field.Error naming the field).
 func (c *Configuration) Validate() error {
-	var errs field.ErrorList
-	if c.APIVersion != APIVersion {
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), c.APIVersion, []string{APIVersion}))
-	}
-	if c.Kind != Kind {
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), c.Kind, []string{Kind}))
-	}
+	errs := strictyaml.CheckTypeMeta(c.APIVersion, c.Kind, APIVersion, Kind)
 	if c.NodeName == "" {
 		errs = append(errs, field.Required(field.NewPath("nodeName"), "set it or $NODE_NAME"))
 	} else {
@@ -472,7 +456,7 @@ func validateSignerName(s string, p *field.Path) field.ErrorList {
 	switch {
 	case s == "":
 		return field.ErrorList{field.Required(p, "")}
-	case !signerNameRE.MatchString(s):
+	case !signerconfig.ValidSignerName(s):
 		return field.ErrorList{field.Invalid(p, s, "must be <domain>/<path>, e.g. keyward.dev/node-daemon")}
 	}
 	return nil

@@ -51,6 +51,10 @@ type AWSKMSBackend struct {
 	MaxAttempts int `json:"maxAttempts,omitempty"`
 }
 
+// Validate checks b and names each problem's path under p; the token
+// service's configuration embeds Backends too.
+func (b *Backends) Validate(p *field.Path) field.ErrorList { return b.validate(p) }
+
 func (b *Backends) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	pp := p.Child("pkcs11")

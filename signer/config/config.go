@@ -16,8 +16,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
+
+	"github.com/keyward/keyward/internal/strictyaml"
 )
 
 const (
@@ -292,20 +292,8 @@ func Load(path string) (*SignerConfiguration, error) {
 // field's path, field names are case-sensitive), defaults and validates data.
 func Parse(data []byte) (*SignerConfiguration, error) {
 	var cfg SignerConfiguration
-	// Strict: a key given twice is an error, not "the last one wins".
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	if err := removedCA(js); err != nil {
+	if err := strictyaml.Decode(data, &cfg, removedCA); err != nil {
 		return nil, err
-	}
-	strict, err := kjson.UnmarshalStrict(js, &cfg)
-	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("decoding: %w", errors.Join(strict...))
 	}
 	cfg.Default()
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -384,6 +372,10 @@ func (c *SignerConfiguration) Default() {
 
 var signerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-zA-Z0-9][-a-zA-Z0-9_.]*(/[-a-zA-Z0-9_.]+)*$`)
 
+// ValidSignerName reports whether s has a signer name's form,
+// <domain>/<path> (e.g. keyward.dev/pod-identity).
+func ValidSignerName(s string) bool { return signerNameRE.MatchString(s) }
+
 var (
 	trustDomainRE   = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	annotationKeyRE = regexp.MustCompile(`^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]*$`)
@@ -397,13 +389,7 @@ func reservedDomain(d string) bool {
 // Validate checks the whole configuration and reports every problem with
 // its field path.
 func (c *SignerConfiguration) Validate() field.ErrorList {
-	var errs field.ErrorList
-	if c.APIVersion != APIVersion {
-		errs = append(errs, field.Invalid(field.NewPath("apiVersion"), c.APIVersion, "must be "+APIVersion))
-	}
-	if c.Kind != Kind {
-		errs = append(errs, field.Invalid(field.NewPath("kind"), c.Kind, "must be "+Kind))
-	}
+	errs := strictyaml.CheckTypeMeta(c.APIVersion, c.Kind, APIVersion, Kind)
 	if c.Workers < 1 {
 		errs = append(errs, field.Invalid(field.NewPath("workers"), c.Workers, "must be at least 1"))
 	}

@@ -99,7 +99,8 @@ type Registry struct {
 	Service string `json:"service"`
 	// Hosts are the image hosts (host or host:port, as written in image
 	// references) that are this registry; the credential provider plugin
-	// is answered for these. Default: [Service].
+	// is answered for these, compared without regard to case. Default:
+	// [Service]. No two registries share a host.
 	Hosts []string `json:"hosts,omitempty"`
 }
 
@@ -120,6 +121,13 @@ type Rule struct {
 	// one path segment, a trailing "/**" matches any depth below, and
 	// ${namespace} / ${serviceAccount} are replaced by the caller's.
 	// Required.
+	//
+	// "team/**" matches team/a and team/a/b but not team itself; "**"
+	// alone matches every repository. A placeholder is replaced before
+	// matching, and only by a valid path component (a value holding '/',
+	// '*' or uppercase matches nothing). Names follow Distribution's
+	// grammar: lowercase [a-z0-9] runs separated by '.', '_', '__' or '-',
+	// joined by '/', at most 255 characters (CheckRepositoryPattern).
 	Repositories []string `json:"repositories"`
 	// Actions granted (default [pull]): pull, push, delete.
 	Actions []string `json:"actions,omitempty"`

@@ -1,0 +1,55 @@
+package config_test
+
+import (
+	"os"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/signer/tokenservice/policy"
+)
+
+// FuzzConfigParse: Parse never panics; a configuration it accepts
+// compiles into a policy, validates again, and survives a round trip
+// through YAML unchanged (defaulting is idempotent, nothing is lost).
+// Run it with -fuzzminimizetime 2s: minimizing a new input as big as the
+// example file otherwise takes the whole default minute.
+func FuzzConfigParse(f *testing.F) {
+	example, err := os.ReadFile(exampleFile)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(example)
+	f.Add([]byte(minimal))
+	f.Add([]byte(minimal + "tokenLifetime: 1h\nkeyIdentifier: kid\nreviewCacheTTL: 0s\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := config.Parse(data)
+		if err != nil {
+			return
+		}
+		if _, err := policy.New(cfg); err != nil {
+			t.Fatalf("accepted configuration does not compile: %v", err)
+		}
+		if errs := cfg.Validate(); len(errs) > 0 {
+			t.Fatalf("accepted configuration does not validate again: %v", errs)
+		}
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := config.Parse(out)
+		if err != nil {
+			t.Fatalf("re-parsing %s: %v", out, err)
+		}
+		// Compared as YAML: an empty list or map and an absent one are the
+		// same configuration.
+		out2, err := yaml.Marshal(again)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out2) != string(out) {
+			t.Fatalf("round trip changed the configuration:\n%s\n%s", out, out2)
+		}
+	})
+}
