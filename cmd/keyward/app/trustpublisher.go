@@ -15,7 +15,14 @@ import (
 // when cfg disables it. The signer and the trust publisher never import
 // each other; this is where they are put side by side.
 func TrustPublisherCompanion(cfg *config.SignerConfiguration) []signer.Companion {
-	if cfg.TrustPublisher.Enabled != nil && !*cfg.TrustPublisher.Enabled {
+	return trustPublisherCompanions(cfg.TrustPublisher)
+}
+
+// trustPublisherCompanions runs the trust publisher for the leading
+// process's signer names (LeadEnv.SignerNames), unless tp disables it;
+// the signer and the token service share it.
+func trustPublisherCompanions(tp config.TrustPublisher) []signer.Companion {
+	if tp.Enabled != nil && !*tp.Enabled {
 		return nil
 	}
 	return []signer.Companion{func(ctx context.Context, env signer.LeadEnv) error {

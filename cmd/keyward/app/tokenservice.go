@@ -1,0 +1,65 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/signer"
+	"github.com/keyward/keyward/signer/tokenservice"
+	"github.com/keyward/keyward/signer/tokenservice/config"
+)
+
+type tokenServiceOptions struct {
+	configFile string
+	kubeconfig string
+	identity   string
+	modules    []string
+}
+
+func newTokenServiceCommand() *cobra.Command {
+	o := &tokenServiceOptions{}
+	cmd := &cobra.Command{
+		Use:   "token-service --config FILE",
+		Short: "Run the registry token service: registry tokens for pod service-account tokens, signed by an Authority's key",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.configFile == "" {
+				return fmt.Errorf("--config is required")
+			}
+			cfg, err := config.Load(o.configFile)
+			if err != nil {
+				return err
+			}
+			if o.kubeconfig != "" {
+				cfg.KubeClient.Kubeconfig = o.kubeconfig
+			}
+			reg, err := all.NewRegistry(backendOptions(cfg.Backends, o.modules))
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			ctx = klog.NewContext(ctx, klog.Background())
+			return tokenservice.Run(ctx, tokenservice.Options{Config: cfg, Backends: reg, Identity: o.identity, AlsoLead: TokenServiceCompanions(cfg)})
+		},
+	}
+	cmd.Flags().StringVar(&o.configFile, "config", "", "TokenServiceConfiguration file")
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the file's kubeClient.kubeconfig, else in-cluster)")
+	cmd.Flags().StringVar(&o.identity, "identity", "", "this replica's name in the leader Lease (default: hostname)")
+	cmd.Flags().StringSliceVar(&o.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: SoftHSM2's usual paths)")
+	return cmd
+}
+
+// TokenServiceCompanions runs the trust publisher for the token service's
+// signer name while it leads, unless cfg disables it: what
+// `keyward token-service` passes as tokenservice.Options.AlsoLead.
+func TokenServiceCompanions(cfg *config.TokenServiceConfiguration) []signer.Companion {
+	return trustPublisherCompanions(cfg.TrustPublisher)
+}

@@ -1,0 +1,430 @@
+package tokenservice
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/keyward/keyward/signer/tokenservice/policy"
+)
+
+// Reasons a service-account token is refused (RefusedError.Reason).
+const (
+	ReasonMalformed          = "Malformed"
+	ReasonExpired            = "Expired"
+	ReasonWrongAudience      = "WrongAudience"
+	ReasonNotAuthenticated   = "NotAuthenticated"
+	ReasonNotServiceAccount  = "NotServiceAccount"
+	ReasonNotPodBound        = "NotPodBound"
+	ReasonPodGone            = "PodGone"
+	ReasonPodFinished        = "PodFinished"
+	ReasonServiceAccountGone = "ServiceAccountGone"
+)
+
+// The user.extra keys of a pod-bound service-account token.
+const (
+	extraPodName  = "authentication.kubernetes.io/pod-name"
+	extraPodUID   = "authentication.kubernetes.io/pod-uid"
+	extraNodeName = "authentication.kubernetes.io/node-name"
+)
+
+const (
+	// MaxTokenBytes bounds a presented service-account token (they are
+	// about 1–2 KiB); a longer one is refused without asking the apiserver.
+	MaxTokenBytes = 16 << 10
+	// reviewTimeout bounds one shared review (TokenReview, Pod,
+	// ServiceAccount), whoever waits for it.
+	reviewTimeout = 10 * time.Second
+	// maxCacheEntries bounds the review cache; past it, expired entries
+	// are swept and, if none were, the new review is not cached.
+	maxCacheEntries = 10000
+	// maxStatusError bounds how much of the apiserver's status.error a
+	// refusal quotes.
+	maxStatusError = 512
+)
+
+// ErrUnavailable is matched (errors.Is) by a Review error that says
+// nothing about the token: the apiserver could not be asked, or refused
+// the token service itself (a missing RBAC grant). Callers answer 503.
+var ErrUnavailable = errors.New("cannot validate service-account tokens now")
+
+// RefusedError is a Review error for a token that is not accepted.
+type RefusedError struct {
+	// Reason is one of the Reason constants.
+	Reason string
+	// Message says why, for the caller (no secret in it).
+	Message string
+	// Authenticated is true when the apiserver authenticated the token
+	// and a later check (pod, service account) refused it; Identity then
+	// holds what is known of the caller.
+	Authenticated bool
+	Identity      policy.Identity
+}
+
+func (e *RefusedError) Error() string { return "service-account token refused: " + e.Message }
+
+// Review is an accepted service-account token: whose it is and when it
+// expires.
+type Review struct {
+	Identity policy.Identity
+	// Expiry is the token's exp claim.
+	Expiry time.Time
+}
+
+// Reviewer validates service-account tokens. It MUST be safe for
+// concurrent use. An error is a *RefusedError (the token is not accepted)
+// or matches ErrUnavailable.
+type Reviewer interface {
+	Review(ctx context.Context, token string) (*Review, error)
+}
+
+// ReviewerOptions configure NewReviewer.
+type ReviewerOptions struct {
+	// Client asks the apiserver (tokenreviews create, pods get,
+	// serviceaccounts get). Required.
+	Client kubernetes.Interface
+	// Audience is the only audience accepted. Required.
+	Audience string
+	// CacheTTL is how long an accepted review is reused (capped at the
+	// token's expiry); zero caches nothing.
+	CacheTTL time.Duration
+	// Metrics, if set, observes reviews and cache hits.
+	Metrics *Metrics
+	Clock   clock.PassiveClock
+}
+
+// KubeReviewer is the Reviewer that asks kube-apiserver: a TokenReview
+// for the audience, then the bound Pod and the ServiceAccount. Accepted
+// reviews are cached by the token's SHA-256; refusals never are.
+// Concurrent reviews of one token share one round of requests.
+type KubeReviewer struct {
+	o ReviewerOptions
+
+	mu      sync.Mutex
+	cache   map[[32]byte]cached
+	flights map[[32]byte]*reviewFlight
+
+	grants grantLog
+}
+
+type cached struct {
+	review *Review
+	until  time.Time
+}
+
+type reviewFlight struct {
+	done   chan struct{}
+	review *Review
+	err    error
+}
+
+// NewReviewer validates o. It starts nothing.
+func NewReviewer(o ReviewerOptions) (*KubeReviewer, error) {
+	if o.Client == nil || o.Audience == "" {
+		return nil, errors.New("the token reviewer needs a Kubernetes client and an audience")
+	}
+	if o.CacheTTL < 0 {
+		return nil, fmt.Errorf("review cache TTL %s is negative", o.CacheTTL)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &KubeReviewer{o: o, cache: map[[32]byte]cached{}, flights: map[[32]byte]*reviewFlight{}}, nil
+}
+
+// Review validates token (see KubeReviewer).
+func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error) {
+	claims, err := r.precheck(token)
+	if err != nil {
+		return nil, err
+	}
+	key := sha256.Sum256([]byte(token))
+	now := r.o.Clock.Now()
+	r.mu.Lock()
+	if c, ok := r.cache[key]; ok {
+		if now.Before(c.until) {
+			r.mu.Unlock()
+			r.o.Metrics.cacheHit()
+			return c.review, nil
+		}
+		delete(r.cache, key)
+	}
+	f := r.flights[key]
+	if f == nil {
+		f = &reviewFlight{done: make(chan struct{})}
+		r.flights[key] = f
+		r.mu.Unlock()
+		// The shared review outlives a caller that gives up: others wait
+		// for it too.
+		go r.fly(klog.NewContext(context.WithoutCancel(ctx), klog.FromContext(ctx)), key, token, claims, f)
+	} else {
+		r.mu.Unlock()
+	}
+	select {
+	case <-f.done:
+		return f.review, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for the token review: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+func (r *KubeReviewer) fly(ctx context.Context, key [32]byte, token string, claims *unverifiedClaims, f *reviewFlight) {
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	start := r.o.Clock.Now()
+	f.review, f.err = r.review(ctx, token, claims)
+	r.o.Metrics.reviewed(r.o.Clock.Since(start).Seconds())
+	r.mu.Lock()
+	delete(r.flights, key)
+	if f.err == nil {
+		r.store(key, f.review)
+	}
+	r.mu.Unlock()
+	close(f.done)
+}
+
+// store caches an accepted review; r.mu is held.
+func (r *KubeReviewer) store(key [32]byte, rv *Review) {
+	if r.o.CacheTTL <= 0 {
+		return
+	}
+	now := r.o.Clock.Now()
+	until := now.Add(r.o.CacheTTL)
+	if rv.Expiry.Before(until) {
+		until = rv.Expiry
+	}
+	if !now.Before(until) {
+		return
+	}
+	if len(r.cache) >= maxCacheEntries {
+		for k, c := range r.cache {
+			if !now.Before(c.until) {
+				delete(r.cache, k)
+			}
+		}
+		if len(r.cache) >= maxCacheEntries {
+			return
+		}
+	}
+	r.cache[key] = cached{review: rv, until: until}
+}
+
+// unverifiedClaims are the claims of a token read before the apiserver
+// validated it: they only make refusals clearer and cheaper, and exp is
+// trusted only once the TokenReview accepted the token.
+type unverifiedClaims struct {
+	aud    []string
+	expiry time.Time
+}
+
+// precheck refuses, without asking the apiserver, a token that cannot be
+// accepted: too long, not a JWT, for another audience, expired.
+func (r *KubeReviewer) precheck(token string) (*unverifiedClaims, error) {
+	if len(token) > MaxTokenBytes {
+		return nil, &RefusedError{Reason: ReasonMalformed, Message: fmt.Sprintf("the token is %d bytes long; service-account tokens are at most %d", len(token), MaxTokenBytes)}
+	}
+	c, err := parseClaims(token)
+	if err != nil {
+		return nil, &RefusedError{Reason: ReasonMalformed, Message: "not a service-account token: " + err.Error()}
+	}
+	if !slices.Contains(c.aud, r.o.Audience) {
+		return nil, &RefusedError{Reason: ReasonWrongAudience,
+			Message: fmt.Sprintf("the token is for audience %q, not %q (kubelet's tokenAttributes.serviceAccountTokenAudience must be %q)", c.aud, r.o.Audience, r.o.Audience)}
+	}
+	if now := r.o.Clock.Now(); !now.Before(c.expiry) {
+		return nil, &RefusedError{Reason: ReasonExpired, Message: fmt.Sprintf("the token expired at %s", c.expiry.UTC().Format(time.RFC3339))}
+	}
+	return c, nil
+}
+
+// parseClaims reads aud and exp from a JWT's payload without verifying
+// anything.
+func parseClaims(token string) (*unverifiedClaims, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil, errors.New("not a JWT (want three dot-separated parts)")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return nil, errors.New("not a JWT (payload is not base64url)")
+	}
+	var raw struct {
+		Aud json.RawMessage `json:"aud"`
+		Exp *json.Number    `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return nil, errors.New("not a JWT (payload is not a JSON object)")
+	}
+	c := &unverifiedClaims{}
+	if len(raw.Aud) > 0 {
+		var one string
+		if json.Unmarshal(raw.Aud, &one) == nil {
+			c.aud = []string{one}
+		} else if err := json.Unmarshal(raw.Aud, &c.aud); err != nil {
+			return nil, errors.New("the aud claim is neither a string nor a list of strings")
+		}
+	}
+	if raw.Exp == nil {
+		return nil, errors.New("the token has no exp claim (a legacy Secret-based token?)")
+	}
+	exp, err := raw.Exp.Float64()
+	if err != nil || exp <= 0 || exp > 1<<40 {
+		return nil, errors.New("the exp claim is not a time")
+	}
+	c.expiry = time.Unix(int64(exp), 0)
+	return c, nil
+}
+
+// review asks the apiserver.
+func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverifiedClaims) (*Review, error) {
+	tr, err := r.o.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{r.o.Audience}},
+	}, metav1.CreateOptions{})
+	if err := r.grants.check(ctx, `"create" on tokenreviews (authentication.k8s.io)`, err); err != nil {
+		return nil, fmt.Errorf("%w: creating a TokenReview: %w", ErrUnavailable, err)
+	}
+	st := tr.Status
+	if !st.Authenticated {
+		msg := "the apiserver did not authenticate it"
+		if st.Error != "" {
+			e := st.Error
+			if len(e) > maxStatusError {
+				e = e[:maxStatusError] + "…"
+			}
+			msg += ": " + e
+		}
+		return nil, &RefusedError{Reason: ReasonNotAuthenticated, Message: msg}
+	}
+	if !slices.Contains(st.Audiences, r.o.Audience) {
+		return nil, &RefusedError{Reason: ReasonWrongAudience, Authenticated: true,
+			Message: fmt.Sprintf("the apiserver authenticated it for audiences %q, not %q", st.Audiences, r.o.Audience)}
+	}
+	ns, sa, ok := serviceAccount(st.User.Username)
+	if !ok {
+		return nil, &RefusedError{Reason: ReasonNotServiceAccount, Authenticated: true,
+			Message: fmt.Sprintf("it authenticates %q, not a service account", st.User.Username)}
+	}
+	id := policy.Identity{Namespace: ns, ServiceAccount: sa,
+		PodName: first(st.User.Extra[extraPodName]), PodUID: first(st.User.Extra[extraPodUID]), NodeName: first(st.User.Extra[extraNodeName])}
+	if id.PodName == "" || id.PodUID == "" {
+		return nil, &RefusedError{Reason: ReasonNotPodBound, Authenticated: true, Identity: id,
+			Message: fmt.Sprintf("the token of service account %s/%s is not bound to a pod (kubelet's image credential provider tokens are)", ns, sa)}
+	}
+	pod, err := r.o.Client.CoreV1().Pods(ns).Get(ctx, id.PodName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &RefusedError{Reason: ReasonPodGone, Authenticated: true, Identity: id,
+			Message: fmt.Sprintf("pod %s/%s, to which the token is bound, no longer exists", ns, id.PodName)}
+	}
+	if err := r.grants.check(ctx, `"get" on pods`, err); err != nil {
+		return nil, fmt.Errorf("%w: reading pod %s/%s: %w", ErrUnavailable, ns, id.PodName, err)
+	}
+	if string(pod.UID) != id.PodUID {
+		return nil, &RefusedError{Reason: ReasonPodGone, Authenticated: true, Identity: id,
+			Message: fmt.Sprintf("pod %s/%s (uid %s), to which the token is bound, no longer exists (a pod of that name has uid %s)", ns, id.PodName, id.PodUID, pod.UID)}
+	}
+	if p := pod.Status.Phase; p == corev1.PodSucceeded || p == corev1.PodFailed {
+		return nil, &RefusedError{Reason: ReasonPodFinished, Authenticated: true, Identity: id,
+			Message: fmt.Sprintf("pod %s/%s, to which the token is bound, has finished (phase %s)", ns, id.PodName, p)}
+	}
+	if id.NodeName == "" {
+		id.NodeName = pod.Spec.NodeName
+	}
+	acct, err := r.o.Client.CoreV1().ServiceAccounts(ns).Get(ctx, sa, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &RefusedError{Reason: ReasonServiceAccountGone, Authenticated: true, Identity: id,
+			Message: fmt.Sprintf("service account %s/%s no longer exists", ns, sa)}
+	}
+	if err := r.grants.check(ctx, `"get" on serviceaccounts`, err); err != nil {
+		return nil, fmt.Errorf("%w: reading service account %s/%s: %w", ErrUnavailable, ns, sa, err)
+	}
+	id.Annotations = maps.Clone(acct.Annotations)
+	return &Review{Identity: id, Expiry: claims.expiry}, nil
+}
+
+// serviceAccount splits system:serviceaccount:NS:SA.
+func serviceAccount(user string) (ns, sa string, ok bool) {
+	rest, ok := strings.CutPrefix(user, "system:serviceaccount:")
+	if !ok {
+		return "", "", false
+	}
+	ns, sa, ok = strings.Cut(rest, ":")
+	if !ok || ns == "" || sa == "" || strings.Contains(sa, ":") {
+		return "", "", false
+	}
+	return ns, sa, true
+}
+
+func first(v authnv1.ExtraValue) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// grantLog reports each RBAC grant the token service lacks once, when a
+// request first meets its absence, and once more when it is back: every
+// review fails meanwhile, and a line per request would hide everything
+// else.
+type grantLog struct {
+	mu      sync.Mutex
+	missing map[string]bool
+}
+
+// MissingGrantError is the error of a request the apiserver refused
+// because the token service's identity lacks Grant.
+type MissingGrantError struct {
+	Grant string
+	Err   error
+}
+
+func (e *MissingGrantError) Error() string {
+	return fmt.Sprintf("the token service's identity lacks the RBAC grant %s: %v", e.Grant, e.Err)
+}
+func (e *MissingGrantError) Unwrap() error { return e.Err }
+
+// check returns err, as a *MissingGrantError when the apiserver answered
+// 403, and logs the first 403 and the first success after one.
+func (g *grantLog) check(ctx context.Context, grant string, err error) error {
+	forbidden := apierrors.IsForbidden(err)
+	if err != nil && !forbidden {
+		return err
+	}
+	g.mu.Lock()
+	was := g.missing[grant]
+	if forbidden && !was {
+		if g.missing == nil {
+			g.missing = map[string]bool{}
+		}
+		g.missing[grant] = true
+	} else if !forbidden && was {
+		delete(g.missing, grant)
+	}
+	g.mu.Unlock()
+	if !forbidden {
+		if was {
+			klog.FromContext(ctx).Info("The token service's RBAC grant is back; service-account tokens are validated again", "grant", grant)
+		}
+		return nil
+	}
+	merr := &MissingGrantError{Grant: grant, Err: err}
+	if !was {
+		klog.FromContext(ctx).Error(merr, "Every service-account token is answered 503 until the token service is granted this (logged once)", "grant", grant)
+	}
+	return merr
+}
