@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -61,16 +60,9 @@ auth:
 `, addr, realm, service, issuer, rootBundle, alg)
 }
 
-// startDemoRegistry writes the configuration into dir and starts bin, the
-// registry binary, on a free loopback port; it returns once the registry
-// answers.
-func startDemoRegistry(ctx context.Context, bin, dir, realm, service, issuer, rootBundle, alg string) (*demoRegistry, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
+// startDemoRegistryAt writes the configuration into dir and starts bin, the
+// registry binary, listening on addr; it returns once the registry answers.
+func startDemoRegistryAt(ctx context.Context, bin, dir, addr, realm, service, issuer, rootBundle, alg string) (*demoRegistry, error) {
 	cfgPath := filepath.Join(dir, "registry-config.yml")
 	if err := os.WriteFile(cfgPath, []byte(registryConfig(addr, realm, service, issuer, rootBundle, alg)), 0o600); err != nil {
 		return nil, err

@@ -66,7 +66,11 @@ func TestTheDemoRegistryClientTalksToTheRealRegistry(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"token": tok})
 	}))
 	defer realm.Close()
-	reg, err := startDemoRegistry(ctx, buildRegistry(t), dir, realm.URL+"/token", "registry.test", "test-issuer", roots, "ES256")
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := startDemoRegistryAt(ctx, buildRegistry(t), dir, addr, realm.URL+"/token", "registry.test", "test-issuer", roots, "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}
