@@ -107,7 +107,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a field given twice", "tokenLifetime: 5m", "tokenLifetime: 5m\ntokenLifetime: 6m", `"tokenLifetime" already set`},
 		{"a wrong kind", "kind: TokenServiceConfiguration", "kind: SignerConfiguration", "kind"},
 		{"a wrong apiVersion", "apiVersion: keyward.dev/v1alpha1", "apiVersion: v1", "apiVersion"},
-		{"a negative qps", "qps: 50", "qps: -1", "kubeClient"},
+		{"a negative qps", "qps: 300", "qps: -1", "kubeClient"},
 		{"leader election timings out of order", "renewDeadline: 10s", "renewDeadline: 20s", "leaderElection"},
 		{"a bad backend setting", "backends: {}", "backends: {pkcs11: {allowedModules: [libsofthsm2.so]}}", "backends.pkcs11.allowedModules[0]"},
 		{"a listen address without a port", `address: ":8443"`, `address: "0.0.0.0"`, "listen.address"},
