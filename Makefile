@@ -12,13 +12,16 @@ UNIT_PKGS       = $(shell $(GO) list ./... | grep -v /softhsm-tests)
 
 export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: help build test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
+.PHONY: help build registry test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 build: ## build bin/keyward
 	$(GO) build -o bin/keyward ./cmd/keyward
+
+registry: ## build bin/registry (CNCF Distribution's registry, token auth, local storage) for the demo
+	$(GO) build -o bin/registry ./hack/registry
 
 test: controlplane ## all tests: unit tests and softhsm-tests against a real kube-apiserver + etcd + SoftHSM2
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -56,7 +59,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 
-demo: build controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
+demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo
 
 deps: ## install etcd-server, softhsm2 and gcc from Debian if missing
