@@ -35,10 +35,11 @@ type demoRegistry struct {
 	log  *os.File
 }
 
-// registryConfig is a Distribution configuration trusting the roots in
-// rootBundle for tokens of issuer for service, with realm as the token
-// endpoint, and accepting only alg.
-func registryConfig(addr, realm, service, issuer, rootBundle, alg string) string {
+// registryConfig is a Distribution configuration trusting the keys in
+// trustFile (trustKey rootcertbundle: PEM roots; jwks: a JWKS) for tokens
+// of issuer for service, with realm as the token endpoint, and accepting
+// only alg.
+func registryConfig(addr, realm, service, issuer, trustKey, trustFile, alg string) string {
 	return fmt.Sprintf(`version: 0.1
 log:
   level: warn
@@ -53,18 +54,25 @@ auth:
     realm: %s
     service: %s
     issuer: %s
-    rootcertbundle: %s
+    %s: %s
     # Only the algorithm of the token-signing key: left empty, Distribution
     # would also accept HS256/384/512 tokens.
     signingalgorithms: [%s]
-`, addr, realm, service, issuer, rootBundle, alg)
+`, addr, realm, service, issuer, trustKey, trustFile, alg)
 }
 
 // startDemoRegistryAt writes the configuration into dir and starts bin, the
-// registry binary, listening on addr; it returns once the registry answers.
+// registry binary, listening on addr and trusting the roots in rootBundle;
+// it returns once the registry answers.
 func startDemoRegistryAt(ctx context.Context, bin, dir, addr, realm, service, issuer, rootBundle, alg string) (*demoRegistry, error) {
+	return startRegistryTrusting(ctx, bin, dir, addr, realm, service, issuer, "rootcertbundle", rootBundle, alg)
+}
+
+// startRegistryTrusting is startDemoRegistryAt with the trust given as
+// registryConfig's trustKey and trustFile.
+func startRegistryTrusting(ctx context.Context, bin, dir, addr, realm, service, issuer, trustKey, trustFile, alg string) (*demoRegistry, error) {
 	cfgPath := filepath.Join(dir, "registry-config.yml")
-	if err := os.WriteFile(cfgPath, []byte(registryConfig(addr, realm, service, issuer, rootBundle, alg)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(registryConfig(addr, realm, service, issuer, trustKey, trustFile, alg)), 0o600); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "registry.log"))
