@@ -12,13 +12,16 @@ UNIT_PKGS       = $(shell $(GO) list ./... | grep -v /softhsm-tests)
 
 export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: help build test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
+.PHONY: help build registry test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 build: ## build bin/keyward
 	$(GO) build -o bin/keyward ./cmd/keyward
+
+registry: ## build bin/registry (CNCF Distribution's registry, token auth, local storage) for the demo
+	$(GO) build -o bin/registry ./hack/registry
 
 test: controlplane ## all tests: unit tests and softhsm-tests against a real kube-apiserver + etcd + SoftHSM2
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -56,7 +59,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 
-demo: build controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
+demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo
 
 deps: ## install etcd-server, softhsm2 and gcc from Debian if missing
@@ -80,7 +83,7 @@ BENCH_COUNT ?= 5
 BENCH_OUT   ?= docs/bench
 BURST_COUNT ?= 2
 
-.PHONY: bench
+.PHONY: bench bench-tokens
 bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.txt; see docs/benchmarks.md
 	@mkdir -p $(BENCH_OUT)
 	@# One round per go test run, so that raw and keyward alternate and the VM's drift hits both alike.
@@ -88,6 +91,11 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	$(GO) test -run '^$$' -bench . -benchtime 5s -count $(BENCH_COUNT) ./backends/gcpkms/ ./backends/awskms/ | tee $(BENCH_OUT)/backends-kms.txt
 	$(MAKE) controlplane
 	$(GO) test -run '^$$' -bench PCR -benchtime 1x -count $(BENCH_COUNT) ./softhsm-tests/ | tee $(BENCH_OUT)/signer.txt
+	$(MAKE) bench-tokens
 	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
 	$(GO) build -o bin/keyward ./cmd/keyward
 	for i in $$(seq $(BURST_COUNT)); do KEYWARD_BURST_BINARY=$(CURDIR)/bin/keyward $(GO) test -run '^$$' -bench Burst10k -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/burst.txt
+
+bench-tokens: controlplane ## the registry token service's issuance rate and latency ($(BENCH_COUNT) rounds) into $(BENCH_OUT)/tokenservice.txt
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench TokenService -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/tokenservice.txt

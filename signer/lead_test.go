@@ -14,21 +14,21 @@ func TestLeadAllEndsEveryRunOnTheFirstError(t *testing.T) {
 	untilDone := func(ctx context.Context) error { <-ctx.Done(); return nil }
 	finished := func(context.Context) error { return nil }
 
-	err := leadAll(context.Background(), []func(context.Context) error{untilDone, finished, func(context.Context) error { return broken }, untilDone})
+	err := LeadAll(context.Background(), []func(context.Context) error{untilDone, finished, func(context.Context) error { return broken }, untilDone})
 	if !errors.Is(err, broken) {
-		t.Fatalf("leadAll = %v, want the failing run's error", err)
+		t.Fatalf("LeadAll = %v, want the failing run's error", err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan error, 1)
-	go func() { ended <- leadAll(ctx, []func(context.Context) error{untilDone, finished}) }()
+	go func() { ended <- LeadAll(ctx, []func(context.Context) error{untilDone, finished}) }()
 	select {
 	case err := <-ended:
-		t.Fatalf("leadAll returned %v when one run finished early, want it to keep leading", err)
+		t.Fatalf("LeadAll returned %v when one run finished early, want it to keep leading", err)
 	default:
 	}
 	cancel()
 	if err := <-ended; err != nil {
-		t.Fatalf("leadAll after the Lease ended = %v, want nil", err)
+		t.Fatalf("LeadAll after the Lease ended = %v, want nil", err)
 	}
 }

@@ -338,7 +338,7 @@ func Run(ctx context.Context, o Options) error {
 		for _, c := range o.AlsoLead {
 			runs = append(runs, func(ctx context.Context) error { return c(ctx, env) })
 		}
-		return leadAll(ctx, runs)
+		return LeadAll(ctx, runs)
 	}
 	if !*cfg.LeaderElection.Enabled {
 		st.leading.Store(true)
@@ -385,9 +385,9 @@ func (c *countingSink) count(e *corev1.Event, err error) (*corev1.Event, error) 
 	return e, err
 }
 
-// leadAll runs each of runs until ctx ends; the first error cancels the
+// LeadAll runs each of runs until ctx ends; the first error cancels the
 // others, and is returned once all have returned.
-func leadAll(ctx context.Context, runs []func(context.Context) error) error {
+func LeadAll(ctx context.Context, runs []func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (

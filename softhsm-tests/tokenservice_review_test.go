@@ -230,18 +230,17 @@ func servingPair(t *testing.T) (string, string, *x509.CertPool) {
 	return certFile, keyFile, pool
 }
 
-// TestTheTokenServiceMintsTokensARegistryAccepts runs tokenservice.Run
-// against the real apiserver with its key in SoftHSM: a pod-bound token
-// buys a registry token the real Distribution registry lets pull the
-// granted repository, and the credential endpoint answers the plugin.
-func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
-	ctx := testContext(t)
-	signerName := "keyward.dev/" + uniqueName(t, "regtokens")
-	uri, caFile, root := caInToken(t, uniqueName(t, "regtoken-key"))
-	activeAuthority(t, signerName, uri, caFile)
-	reg := testregistry.Start(t, testregistry.Options{RootCerts: []*x509.Certificate{root}, SigningAlgorithms: []string{"ES256"}})
-	w := registryWorkload(t, ctx, uniqueName(t, "ns"), uniqueName(t, "node"), "app")
+// runningTokenService is a tokenservice.Run started by startMintingTokenService.
+type runningTokenService struct {
+	listen, health string
+	client         *http.Client
+}
 
+// startMintingTokenService runs the token service for signerName (registry reg,
+// granting pull of keyward/* to namespace ns's "puller") until the test
+// ends; it returns once the listeners are bound.
+func startMintingTokenService(t *testing.T, signerName string, reg *testregistry.Registry, ns string) *runningTokenService {
+	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), "admin", kubeconfig); err != nil {
 		t.Fatal(err)
@@ -257,7 +256,7 @@ func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
 		MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0",
 		SignerName: signerName, Issuer: reg.Issuer, Audience: registryAudience,
 		Registries: []tsconfig.Registry{{Service: reg.Service}},
-		Rules: []tsconfig.Rule{{Namespaces: []string{w.Pod.Namespace}, ServiceAccounts: []string{"puller"},
+		Rules: []tsconfig.Rule{{Namespaces: []string{ns}, ServiceAccounts: []string{"puller"},
 			Repositories: []string{"keyward/*"}}},
 	}
 	backendsReg, err := all.NewRegistry(all.Options{})
@@ -289,29 +288,51 @@ func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
 			t.Logf("token service log:\n%s", b)
 		}
 	})
-	var a [3]string
 	select {
-	case a = <-addrs:
+	case a := <-addrs:
+		return &runningTokenService{listen: a[0], health: a[2],
+			client: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}}
 	case err := <-done:
 		t.Fatalf("token service stopped before serving: %v", err)
 	}
-	if err := waitReady(a[2]); err != nil {
-		t.Fatalf("token service not ready: %v", err)
-	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
-	tok := saToken(t, ctx, w, registryAudience, false)
+	return nil
+}
 
-	q := url.Values{"service": {reg.Service}, "scope": {"repository:" + testregistry.Repository + ":pull,push"}}
-	req, _ := http.NewRequest(http.MethodGet, "https://"+a[0]+"/token?"+q.Encode(), nil)
+// getToken asks ts's /token for scope with tok as Basic password.
+func (ts *runningTokenService) getToken(t *testing.T, service, scope, tok string) (int, []byte) {
+	t.Helper()
+	q := url.Values{"service": {service}, "scope": {scope}}
+	req, _ := http.NewRequest(http.MethodGet, "https://"+ts.listen+"/token?"+q.Encode(), nil)
 	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("keyward:"+tok)))
-	resp, err := client.Do(req)
+	resp, err := ts.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /token: %d %s", resp.StatusCode, body)
+	return resp.StatusCode, body
+}
+
+// TestTheTokenServiceMintsTokensARegistryAccepts runs tokenservice.Run
+// against the real apiserver with its key in SoftHSM: a pod-bound token
+// buys a registry token the real Distribution registry lets pull the
+// granted repository, and the credential endpoint answers the plugin.
+func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
+	ctx := testContext(t)
+	signerName := "keyward.dev/" + uniqueName(t, "regtokens")
+	uri, caFile, root := caInToken(t, uniqueName(t, "regtoken-key"))
+	activeAuthority(t, signerName, uri, caFile)
+	reg := testregistry.Start(t, testregistry.Options{RootCerts: []*x509.Certificate{root}, SigningAlgorithms: []string{"ES256"}})
+	w := registryWorkload(t, ctx, uniqueName(t, "ns"), uniqueName(t, "node"), "app")
+	ts := startMintingTokenService(t, signerName, reg, w.Pod.Namespace)
+	if err := waitReady(ts.health); err != nil {
+		t.Fatalf("token service not ready: %v", err)
+	}
+	tok := saToken(t, ctx, w, registryAudience, false)
+
+	code, body := ts.getToken(t, reg.Service, "repository:"+testregistry.Repository+":pull,push", tok)
+	if code != http.StatusOK {
+		t.Fatalf("GET /token: %d %s", code, body)
 	}
 	var answer struct {
 		Token string `json:"token"`
@@ -323,10 +344,10 @@ func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
 		t.Fatalf("pull with the minted token: %d (%s)", code, challenge)
 	}
 
-	req, _ = http.NewRequest(http.MethodPost, "https://"+a[0]+"/v1/credential",
+	req, _ := http.NewRequest(http.MethodPost, "https://"+ts.listen+"/v1/credential",
 		bytes.NewReader([]byte(`{"image":"`+reg.Service+`/`+testregistry.Repository+`:`+testregistry.Tag+`"}`)))
 	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err = client.Do(req)
+	resp, err := ts.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +355,34 @@ func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"username":"keyward"`) {
 		t.Fatalf("POST /v1/credential: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestTheTokenServiceWithoutAnActiveKeyIsUnreadyAndSignsNothing: until
+// its Authority has an Active generation, /readyz says why and /token
+// answers 503; once it has one, tokens are minted.
+func TestTheTokenServiceWithoutAnActiveKeyIsUnreadyAndSignsNothing(t *testing.T) {
+	ctx := testContext(t)
+	signerName := "keyward.dev/" + uniqueName(t, "regtokens")
+	reg := testregistry.Start(t, testregistry.Options{})
+	w := registryWorkload(t, ctx, uniqueName(t, "ns"), uniqueName(t, "node"), "app")
+	ts := startMintingTokenService(t, signerName, reg, w.Pod.Namespace)
+	tok := saToken(t, ctx, w, registryAudience, false)
+
+	code, body := httpGet(t, "http://"+ts.health+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, signerName) {
+		t.Errorf("/readyz without an Authority: %d %q, want 503 naming %s", code, body, signerName)
+	}
+	if code, body := ts.getToken(t, reg.Service, "repository:"+testregistry.Repository+":pull", tok); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /token without an Authority: %d %s, want 503", code, body)
+	}
+
+	uri, caFile, _ := caInToken(t, uniqueName(t, "regtoken-key"))
+	activeAuthority(t, signerName, uri, caFile)
+	if err := waitReady(ts.health); err != nil {
+		t.Fatalf("token service not ready once its Authority is Active: %v", err)
+	}
+	if code, body := ts.getToken(t, reg.Service, "repository:"+testregistry.Repository+":pull", tok); code != http.StatusOK {
+		t.Errorf("GET /token with an Active generation: %d %s, want 200", code, body)
 	}
 }

@@ -3,7 +3,7 @@
 // Package pkcs11 is the PKCS#11 key backend (SoftHSM2, network HSMs, cloud
 // HSMs with a PKCS#11 module), built on github.com/ThalesGroup/crypto11.
 //
-//	pkcs11:token=keyward;object=ca-2026;id=%01?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-source=file:/etc/keyward/pin
+//	pkcs11:token=keyward;object=ca-2026;id=%01?module-path=/usr/lib/softhsm/libsofthsm2.so&pin-source=file:/etc/keyward/hsm/pin
 //
 // Each token gets one crypto11 context per process, shared by every Provider,
 // with a bounded session pool and a non-zero wait for a free session; every

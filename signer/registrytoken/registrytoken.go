@@ -25,6 +25,8 @@ import (
 	"math/big"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
+
 	"github.com/keyward/keyward/backends"
 )
 
@@ -289,4 +291,26 @@ func ecdsaCoordinates(k *ecdsa.PublicKey) (x, y *big.Int, err error) {
 func publicKeysEqual(a, b crypto.PublicKey) bool {
 	ae, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && ae.Equal(b)
+}
+
+// JWKS is the JSON Web Key Set of the certificates' public keys, for a
+// registry's auth.token.jwks file: each key's kid is its Thumbprint, the
+// kid the token service writes when keyIdentifier is kid, so a token's key
+// is found by name. Keys are written as go-jose (Distribution's parser)
+// writes them; a key listed twice is written once.
+func JWKS(certs []*x509.Certificate) ([]byte, error) {
+	set := jose.JSONWebKeySet{Keys: []jose.JSONWebKey{}}
+	seen := map[string]bool{}
+	for _, c := range certs {
+		kid, err := Thumbprint(c.PublicKey)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %q: %w", c.Subject, err)
+		}
+		if seen[kid] {
+			continue
+		}
+		seen[kid] = true
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: c.PublicKey, KeyID: kid, Use: "sig"})
+	}
+	return json.MarshalIndent(set, "", "  ")
 }

@@ -206,6 +206,11 @@ func TestReviewerAcceptsAPodBoundToken(t *testing.T) {
 		testSA("team-a", "puller", map[string]string{"keyward.dev/registry-team": "blue"}))
 	api.answers[tok] = boundStatus("team-a", "puller", "app", "uid-1")
 	r := newTestReviewer(t, api, 10*time.Second, clk)
+	metrics, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.o.Metrics = metrics
 	rv, err := r.Review(t.Context(), tok)
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +228,9 @@ func TestReviewerAcceptsAPodBoundToken(t *testing.T) {
 	}
 	if got := api.reviews.Load(); got != 1 {
 		t.Errorf("%d TokenReviews within the cache TTL, want 1", got)
+	}
+	if got := value(t, metrics.ReviewHits); got != 1 {
+		t.Errorf("review cache hits %v, want 1", got)
 	}
 	clk.Step(2 * time.Second)
 	if _, err := r.Review(t.Context(), tok); err != nil {

@@ -201,7 +201,7 @@ func Run(ctx context.Context, o Options) error {
 		for _, c := range o.AlsoLead {
 			runs = append(runs, func(ctx context.Context) error { return c(ctx, env) })
 		}
-		return leadAll(ctx, runs)
+		return signer.LeadAll(ctx, runs)
 	}
 	if e := cfg.LeaderElection.Enabled; e != nil && !*e {
 		return lead(ctx)
@@ -246,27 +246,6 @@ func keepReserved(ctx context.Context, iss issuer.Issuer, ahead, interval time.D
 		case <-t.C():
 		}
 	}
-}
-
-// leadAll runs each of runs until ctx ends; the first error cancels the
-// others, and is returned once all have returned.
-func leadAll(ctx context.Context, runs []func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(ctx); err != nil {
-				once.Do(func() { first = err; cancel() })
-			}
-		})
-	}
-	wg.Wait()
-	return first
 }
 
 // serveTLS serves h on addr over TLS with certs; stop shuts it down (the

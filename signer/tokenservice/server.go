@@ -417,7 +417,7 @@ func countScopes(granted []registrytoken.Access) int { return len(granted) }
 func accessStrings(a []registrytoken.Access) []string {
 	out := make([]string, 0, len(a))
 	for _, x := range a {
-		out = append(out, x.Name+":"+strings.Join(x.Actions, ","))
+		out = append(out, x.Type+":"+x.Name+":"+strings.Join(x.Actions, ","))
 	}
 	return out
 }

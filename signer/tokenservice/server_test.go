@@ -629,3 +629,29 @@ func value(t *testing.T, c prometheus.Collector) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestAGrantIsCounted: a 200 counts the request, its duration, and the
+// scopes granted and dropped.
+func TestAGrantIsCounted(t *testing.T) {
+	f := newFixture(t, nil)
+	granted(t, f.do(tokenGET(testService, []string{"repository:" + testregistry.Repository + ":pull,push", "repository:other/app:pull", "garbage"}, basic(pullerToken))))
+	if got := value(t, f.metrics.Requests.WithLabelValues(endpointToken, "200")); got != 1 {
+		t.Errorf("requests{token,200} = %v, want 1", got)
+	}
+	if got := value(t, f.metrics.GrantedScopes); got != 1 {
+		t.Errorf("granted scopes %v, want 1", got)
+	}
+	// Dropped: push on keyward/hello, other/app, and the unparsed one.
+	if got := value(t, f.metrics.DroppedScopes); got != 3 {
+		t.Errorf("dropped scopes %v, want 3", got)
+	}
+	ch := make(chan prometheus.Metric, 1)
+	f.metrics.IssueDuration.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n != 1 {
+		t.Errorf("issue durations observed %d, want 1", n)
+	}
+}

@@ -3,10 +3,12 @@ package app
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"github.com/keyward/keyward/internal/pemcert"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -38,6 +40,12 @@ const (
 type demoOptions struct {
 	dir  string
 	once bool
+	// registryBinary is Distribution's registry (bin/registry, `make
+	// registry`); empty: "registry" beside the keyward binary, else on PATH.
+	registryBinary string
+	// plugin runs `keyward credential-provider` (its first element is the
+	// executable); empty: this executable.
+	plugin []string
 }
 
 func newDemoCommand() *cobra.Command {
@@ -77,11 +85,16 @@ rotation), then everything it made is removed.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for kubeconfigs and the SoftHSM token (default: a new temp dir, removed on exit)")
+	cmd.Flags().StringVar(&o.registryBinary, "registry-binary", "", "CNCF Distribution registry binary (default: registry beside keyward, else on PATH; make registry builds bin/registry)")
 	cmd.Flags().BoolVar(&o.once, "once", false, "stop after the rotation instead of waiting for Ctrl-C (for CI smoke runs)")
 	return cmd
 }
 
 func runDemo(ctx context.Context, out io.Writer, o *demoOptions) error {
+	registryBin, plugin, err := demoBinaries(o)
+	if err != nil {
+		return err
+	}
 	dir := o.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "keyward-demo-")
@@ -265,6 +278,15 @@ SoftHSM2 token ready
 	}
 	describeChain(out, daemonChain)
 
+	stopRegistry, err := runRegistryDemo(ctx, demoRegistryEnv{
+		out: out, dir: dir, cp: cp, cli: cli, authorities: authorities, token: token, backends: reg, node: node,
+		registryBinary: registryBin, plugin: plugin,
+	})
+	defer stopRegistry()
+	if err != nil {
+		return err
+	}
+
 	// The node helper's trust projection on two nodes, one following the
 	// canary bundle, the other live, as a Node label chooses.
 	trustFiles, stopTrust, err := startDemoTrust(klog.NewContext(ctx, logger), out, cp, dir)
@@ -287,6 +309,32 @@ SoftHSM2 token ready
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping ...")
 	return nil
+}
+
+// demoBinaries finds the registry binary and the command that runs the
+// credential provider plugin, before anything starts.
+func demoBinaries(o *demoOptions) (registryBin string, plugin []string, err error) {
+	plugin = o.plugin
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("finding the keyward executable: %w", err)
+	}
+	if len(plugin) == 0 {
+		plugin = []string{exe}
+	}
+	registryBin = o.registryBinary
+	if registryBin == "" {
+		registryBin = filepath.Join(filepath.Dir(exe), "registry")
+		if _, err := os.Stat(registryBin); err != nil {
+			if registryBin, err = exec.LookPath("registry"); err != nil {
+				return "", nil, errors.New("the demo needs CNCF Distribution's registry: run `make registry` (builds bin/registry beside bin/keyward) or pass --registry-binary")
+			}
+		}
+	}
+	if _, err := os.Stat(registryBin); err != nil {
+		return "", nil, fmt.Errorf("--registry-binary: %w", err)
+	}
+	return registryBin, plugin, nil
 }
 
 // requestPodCertificate plays the node: it generates a key and creates a

@@ -22,7 +22,8 @@ func TestDemoOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := runDemo(ctx, &out, &demoOptions{dir: dir, once: true}); err != nil {
+	t.Setenv(runAsKeyward, "1") // for the plugin, run as a child
+	if err := runDemo(ctx, &out, &demoOptions{dir: dir, once: true, registryBinary: buildRegistry(t), plugin: []string{os.Args[0]}}); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{"control plane ready", "export KUBECONFIG=" + dir + "/admin.kubeconfig", "token label \"keyward-demo\"",
@@ -59,6 +60,15 @@ func TestDemoOnce(t *testing.T) {
 			"  the canary node demo-canary-node trusts CN=keyward demo CA demo-2; the live node demo-node does not yet\n",
 		"trust file on demo-canary-node (keyward.dev/trust-bundle=canary): CN=keyward demo CA demo-2 [unchanged]\n" +
 			"trust file on demo-node (keyward.dev/trust-bundle=live): CN=keyward demo CA demo-2 [rewritten]\n",
+		// The registry part: anonymous refused, the plugin's credential
+		// pulls, a repository outside the policy refused, every grant audited.
+		"generation tokens-1 of keyward.dev/registry-token observed Active",
+		"anonymous:             registry answered 401",
+		"keyward credential-provider answered: auth[",
+		"realm (token service): token granting [repository:shop/hello:pull]",
+		"with the token:        registry answered 200, manifest sha256:",
+		"payments/ledger (not shop's): token granting [], registry answered 401 (insufficient_scope)",
+		"Registry token granted",
 		"total wall time"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
@@ -66,6 +76,9 @@ func TestDemoOnce(t *testing.T) {
 	}
 	if _, err := os.Stat(dir + "/admin.kubeconfig"); err != nil {
 		t.Error(err)
+	}
+	if strings.Contains(out.String(), "eyJ") {
+		t.Error("demo output contains a JWT (a service-account or registry token)")
 	}
 	if strings.Contains(out.String(), mustRead(t, dir+"/softhsm/keyward-demo.pin")) {
 		t.Error("demo output contains the token PIN")

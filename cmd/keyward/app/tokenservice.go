@@ -16,10 +16,11 @@ import (
 )
 
 type tokenServiceOptions struct {
-	configFile string
-	kubeconfig string
-	identity   string
-	modules    []string
+	configFile  string
+	checkConfig string
+	kubeconfig  string
+	identity    string
+	modules     []string
 }
 
 func newTokenServiceCommand() *cobra.Command {
@@ -29,8 +30,15 @@ func newTokenServiceCommand() *cobra.Command {
 		Short: "Run the registry token service: registry tokens for pod service-account tokens, signed by an Authority's key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.checkConfig != "" {
+				if _, err := config.Load(o.checkConfig); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid %s %s (TLS files and keys are opened only when the token service starts)\n", o.checkConfig, config.APIVersion, config.Kind)
+				return nil
+			}
 			if o.configFile == "" {
-				return fmt.Errorf("--config is required")
+				return fmt.Errorf("--config is required (or --check-config FILE)")
 			}
 			cfg, err := config.Load(o.configFile)
 			if err != nil {
@@ -51,6 +59,7 @@ func newTokenServiceCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.configFile, "config", "", "TokenServiceConfiguration file")
+	cmd.Flags().StringVar(&o.checkConfig, "check-config", "", "validate this TokenServiceConfiguration file and exit")
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the file's kubeClient.kubeconfig, else in-cluster)")
 	cmd.Flags().StringVar(&o.identity, "identity", "", "this replica's name in the leader Lease (default: hostname)")
 	cmd.Flags().StringSliceVar(&o.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: SoftHSM2's usual paths)")

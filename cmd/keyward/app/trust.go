@@ -132,6 +132,7 @@ func newTrustCommand() *cobra.Command {
 		cmd.AddCommand(newTrustPhaseCommand(v.verb, v.phase, v.short))
 	}
 	cmd.AddCommand(newTrustEmergencyCommand())
+	cmd.AddCommand(newTrustBundleCommand())
 	return cmd
 }
 
