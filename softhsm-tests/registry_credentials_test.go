@@ -151,18 +151,35 @@ func newRegistryEnv(t *testing.T, ctx context.Context, keyURI string, opts all.O
 	return e
 }
 
-// restartRegistry restarts the registry trusting roots (DER), with the
-// token service as its realm, as an operator does after the live bundle
-// changes.
-func (e *registryEnv) restartRegistry(roots [][]byte) {
+// restartRegistry writes the live bundle with `keyward trust bundle
+// SIGNER --output FILE`, as an operator refreshes a registry's
+// rootcertbundle, checks that it holds exactly want (DER roots, as
+// waitBundles read them), and restarts the registry trusting it with the
+// token service as its realm.
+func (e *registryEnv) restartRegistry(want [][]byte) {
 	e.t.Helper()
+	path := filepath.Join(e.t.TempDir(), "rootcertbundle.pem")
+	if out, err := keyward(e.t, "trust", "bundle", e.rot.signer, "--version", "live", "--output", path); err != nil {
+		e.t.Fatalf("keyward trust bundle: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	var certs []*x509.Certificate
-	for _, d := range roots {
-		c, err := x509.ParseCertificate(d)
+	for block, rest := pem.Decode(b); block != nil; block, rest = pem.Decode(rest) {
+		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			e.t.Fatal(err)
+			e.t.Fatalf("keyward trust bundle wrote a bad certificate: %v", err)
 		}
 		certs = append(certs, c)
+	}
+	same := len(certs) == len(want)
+	for _, c := range certs {
+		same = same && slices.ContainsFunc(want, func(d []byte) bool { return bytes.Equal(d, c.Raw) })
+	}
+	if !same {
+		e.t.Fatalf("keyward trust bundle wrote %d roots, not the %d of the live ClusterTrustBundle", len(certs), len(want))
 	}
 	e.reg.Restart(e.t, testregistry.Options{Realm: e.tokenURL + "/token", RootCerts: certs})
 }
