@@ -17,8 +17,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,6 +268,7 @@ func serveTLS(ctx context.Context, addr string, h http.Handler, certs *certReloa
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          log.New(&serverErrorLog{logger: logger}, "", 0),
 	}
 	done := make(chan struct{})
 	go func() {
@@ -282,6 +285,31 @@ func serveTLS(ctx context.Context, addr string, h http.Handler, certs *certReloa
 		<-done
 	}
 	return ln.Addr().String(), stop, nil
+}
+
+// serverErrorLog takes net/http's own error lines into klog. Most are
+// failed TLS handshakes: a plugin or containerd that does not trust the
+// certificate fails one on every pull, so the first is logged at the
+// default verbosity and the rest at -v=2, not one line per pull.
+type serverErrorLog struct {
+	logger    klog.Logger
+	handshake sync.Once
+}
+
+func (l *serverErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if !strings.HasPrefix(msg, "http: TLS handshake error") {
+		l.logger.Info("HTTPS server error", "detail", msg)
+		return len(p), nil
+	}
+	first := false
+	l.handshake.Do(func() { first = true })
+	if first {
+		l.logger.Info("A client failed the TLS handshake; does it trust this certificate? (the first is logged, the rest at -v=2)", "detail", msg)
+	} else {
+		l.logger.V(2).Info("A client failed the TLS handshake", "detail", msg)
+	}
+	return len(p), nil
 }
 
 // serveMetricsAndHealth starts /metrics and /healthz, /readyz.
