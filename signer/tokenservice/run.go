@@ -67,6 +67,9 @@ type Options struct {
 const (
 	// KeeperInterval is how often the leader reserves ahead.
 	KeeperInterval = 30 * time.Second
+	// KeeperRetry is how soon the leader tries again after a failed
+	// reservation (at start the Authority objects are not read yet).
+	KeeperRetry = time.Second
 	// keeperAhead is how far past a token's lifetime the keeper reserves,
 	// so that a non-leader's Reserve finds the reservation already made.
 	keeperAhead = 5 * time.Minute
@@ -218,12 +221,12 @@ func Run(ctx context.Context, o Options) error {
 // keepReserved reserves, now and every interval until ctx ends, the
 // current generation's lifetime up to now+ahead, so that replicas not
 // leading can sign (their Reserve succeeds only within what the leader
-// recorded). A failure is logged when it starts and when it ends.
+// recorded). A failed attempt is tried again after KeeperRetry; a failure
+// is logged when a retry fails too (a new leader's first attempt usually
+// fails: the Authority objects are not read yet) and when it ends.
 func keepReserved(ctx context.Context, iss issuer.Issuer, ahead, interval time.Duration, clk clock.WithTicker) {
 	logger := klog.FromContext(ctx)
-	failing := false
-	t := clk.NewTicker(interval)
-	defer t.Stop()
+	failures := 0
 	for {
 		err := func() error {
 			_, gen, err := iss.Current()
@@ -232,18 +235,26 @@ func keepReserved(ctx context.Context, iss issuer.Issuer, ahead, interval time.D
 			}
 			return iss.Reserve(ctx, gen, clk.Now().Add(ahead))
 		}()
+		wait := interval
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil && !failing:
-			failing = true
-			logger.Error(err, "Cannot reserve ahead for the replicas that do not lead; they answer 503 until this works (logged once)")
-		case err == nil && failing:
-			failing = false
+		case err != nil:
+			failures++
+			if failures == 2 {
+				logger.Error(err, "Cannot reserve ahead for the replicas that do not lead; they answer 503 until this works (logged once)")
+			}
+			wait = min(KeeperRetry, interval)
+		case failures >= 2:
 			logger.Info("Reserving ahead works again")
+			failures = 0
+		default:
+			failures = 0
 		}
+		t := clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C():
 		}
