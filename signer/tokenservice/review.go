@@ -256,7 +256,8 @@ func (r *KubeReviewer) precheck(token string) (*unverifiedClaims, error) {
 			Message: fmt.Sprintf("the token is for audience %q, not %q (kubelet's tokenAttributes.serviceAccountTokenAudience must be %q)", c.aud, r.o.Audience, r.o.Audience)}
 	}
 	if now := r.o.Clock.Now(); !now.Before(c.expiry) {
-		return nil, &RefusedError{Reason: ReasonExpired, Message: fmt.Sprintf("the token expired at %s", c.expiry.UTC().Format(time.RFC3339))}
+		return nil, &RefusedError{Reason: ReasonExpired, Message: fmt.Sprintf("the token expired at %s; this token service's clock reads %s (a token the kubelet just issued: a clock is wrong)",
+			c.expiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
 	}
 	return c, nil
 }
