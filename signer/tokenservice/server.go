@@ -385,8 +385,12 @@ func (s *Server) reviewError(ctx context.Context, r *http.Request, err error, se
 			message: "service-account token refused (" + refused.Reason + "): " + refused.Message}
 	}
 	logger.V(2).Info("Cannot validate a service-account token now", "err", err, "endpoint", r.URL.Path, "remote", r.RemoteAddr)
+	msg := err.Error() // ErrUnavailable's text says it already
+	if !errors.Is(err, ErrUnavailable) {
+		msg = "cannot validate the service-account token now: " + msg
+	}
 	return reviewAnswer{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", credCode: "unavailable",
-		message: "cannot validate the service-account token now: " + err.Error()}
+		message: msg}
 }
 
 func (s *Server) services() string {

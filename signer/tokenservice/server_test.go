@@ -655,3 +655,18 @@ func TestAGrantIsCounted(t *testing.T) {
 		t.Errorf("issue durations observed %d, want 1", n)
 	}
 }
+
+// TestAnUnavailableReviewSaysSoOnce: the plugin prints the token service's
+// message; "cannot validate" is said once, then why.
+func TestAnUnavailableReviewSaysSoOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	f.reviewer.err = fmt.Errorf("%w: creating a TokenReview: connection refused", ErrUnavailable)
+	w := f.do(credentialPOST(fmt.Sprintf(`{"image":%q}`, testHost+"/keyward/hello"), "Bearer unknown"))
+	var got credentialBody
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != http.StatusServiceUnavailable || strings.Count(got.Message, "cannot validate") != 1 {
+		t.Errorf("answered %d %q, want 503 saying \"cannot validate\" once", w.Code, got.Message)
+	}
+}
