@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -69,6 +70,9 @@ type Server struct {
 	o        ServerOptions
 	lifetime time.Duration
 	keyID    string
+	// signFailing: the last signature failed (its start was logged at
+	// default verbosity; the next ones at V(2) until one succeeds).
+	signFailing atomic.Bool
 }
 
 // NewServer validates o. It starts nothing.
@@ -342,10 +346,17 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	raw, err := registrytoken.Mint(ctx, auth.Signer(), tok)
 	if err != nil {
 		s.o.Metrics.signingError()
-		logger.Error(err, "Signing a registry token failed", "generation", gen, "service", tr.service)
+		if s.signFailing.CompareAndSwap(false, true) {
+			logger.Error(err, "Signing registry tokens fails; every token request is answered 503 until a signature succeeds (logged once)", "generation", gen, "service", tr.service)
+		} else {
+			logger.V(2).Info("Signing a registry token failed", "err", err, "generation", gen, "service", tr.service)
+		}
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable",
 			message: "signing the token failed; try again"})
 		return
+	}
+	if s.signFailing.CompareAndSwap(true, false) {
+		logger.Info("Signing registry tokens works again", "generation", gen)
 	}
 	logger.WithName("audit").Info("Registry token granted",
 		"namespace", id.Namespace, "sa", id.ServiceAccount, "pod", id.PodName, "podUID", id.PodUID, "node", id.NodeName,
