@@ -57,6 +57,11 @@ const (
 	// maxStatusError bounds how much of the apiserver's status.error a
 	// refusal quotes.
 	maxStatusError = 512
+	// invalidatedError is what kube-apiserver's TokenReview says of a
+	// genuine service-account token whose bound object (pod, secret) is
+	// gone: only then was the signature verified and the claims are the
+	// cluster's (pkg/serviceaccount/claims.go).
+	invalidatedError = "service account token has been invalidated"
 )
 
 // ErrUnavailable is matched (errors.Is) by a Review error that says
@@ -323,6 +328,13 @@ func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverif
 				e = e[:maxStatusError] + "…"
 			}
 			msg += ": " + e
+		}
+		// Only then: the claims of a token the apiserver did not
+		// authenticate are the caller's own words, and looking up the pod
+		// they name would tell anyone whether a pod of any namespace
+		// exists, and its UID.
+		if !strings.Contains(st.Error, invalidatedError) {
+			return nil, &RefusedError{Reason: ReasonNotAuthenticated, Message: msg}
 		}
 		if gone := r.podGone(ctx, claims); gone != "" {
 			// The apiserver says only "service account token has been
