@@ -1,6 +1,7 @@
 package tokenservice
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -361,5 +362,40 @@ func TestAForgedTokenLearnsNothingAboutPods(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReviewsInFlightAreBounded: every distinct token that parses costs a
+// TokenReview, and a caller needs no credential to send many. Past
+// MaxConcurrentReviews reviews under way, a new token is answered
+// unavailable at once instead of queueing behind the client's rate limiter
+// (which the Lease renewals share) with a goroutine each.
+func TestReviewsInFlightAreBounded(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	api := newFakeAPI()
+	api.block, api.entered = make(chan struct{}), make(chan struct{}, 10)
+	r, err := NewReviewer(ReviewerOptions{Client: api.client, Audience: testAudience, Clock: clk, MaxConcurrentReviews: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	first := jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 1}, clk.Now().Add(time.Hour))
+	wg.Go(func() { _, _ = r.Review(t.Context(), first) })
+	<-api.entered
+	// A caller that has already gone: without the bound it would start a
+	// flight and get its context's error; with it, it is refused before.
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = r.Review(gone, jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 2}, clk.Now().Add(time.Hour)))
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		t.Errorf("a second token while one review is under way: %v, want ErrUnavailable before any review starts", err)
+	}
+	close(api.block)
+	wg.Wait()
+	for r.inFlight() > 0 {
+		runtime.Gosched()
+	}
+	if got := api.reviews.Load(); got != 1 {
+		t.Errorf("%d TokenReviews, want 1", got)
 	}
 }
