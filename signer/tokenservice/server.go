@@ -37,6 +37,10 @@ const (
 	maxAuthorizationBytes = MaxTokenBytes*4/3 + 1024
 	// maxQuoted bounds how much of a client's input a message quotes.
 	maxQuoted = 256
+	// signTimeout bounds one signature of the key backend: a hung HSM
+	// call is left to the key's guard (signer.GuardKey) and the request
+	// answered 503, instead of holding it until the client goes away.
+	signTimeout = 10 * time.Second
 )
 
 // Username is the user name the credential endpoint hands out (the
@@ -343,7 +347,9 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", message: err.Error()})
 		return
 	}
-	raw, err := registrytoken.Mint(ctx, auth.Signer(), tok)
+	sctx, cancel := context.WithTimeout(ctx, signTimeout)
+	raw, err := registrytoken.Mint(sctx, auth.Signer(), tok)
+	cancel()
 	if err != nil {
 		s.o.Metrics.signingError()
 		if s.signFailing.CompareAndSwap(false, true) {
