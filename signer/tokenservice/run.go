@@ -132,8 +132,20 @@ func Run(ctx context.Context, o Options) error {
 	gens, err := generations.New(generations.Options{
 		Writer: auths, Informer: inf,
 		Signers: []generations.Policy{{Name: cfg.SignerName, MaxLifetime: cfg.TokenLifetime.Duration}},
+		// Guarded as the signer's CA keys are: a hung backend call never
+		// holds a request past its deadline, and /readyz reports a
+		// backend that fails.
 		Open: func(ctx context.Context, keyURI string) (backends.Signer, error) {
-			return o.Backends.Open(ctx, backends.OpenRequest{URI: keyURI})
+			opened, err := o.Backends.Open(ctx, backends.OpenRequest{URI: keyURI})
+			if err != nil {
+				return nil, err
+			}
+			key, err := signer.GuardKey(opened)
+			if err != nil {
+				_ = opened.Close()
+				return nil, err
+			}
+			return key, nil
 		},
 	})
 	if err != nil {
@@ -168,18 +180,14 @@ func Run(ctx context.Context, o Options) error {
 	})
 	defer func() { stopGens(); gensDone.Wait() }()
 
-	ready := func() error {
-		if err := gens.Err(); err != nil {
-			return fmt.Errorf("no token-signing key: %w", err)
-		}
-		return nil
-	}
+	ready := func() error { return readiness(gens) }
 	listenAddr, stopHTTPS, err := serveTLS(ctx, cfg.Listen.Address, srv.Handler(), certs)
 	if err != nil {
 		return err
 	}
 	defer stopHTTPS()
-	metricsAddr, healthAddr, stopServers, err := serveMetricsAndHealth(ctx, cfg, reg, ready)
+	alive := func() error { return signer.KeysAlive(gens.Keys()) }
+	metricsAddr, healthAddr, stopServers, err := serveMetricsAndHealth(ctx, cfg, reg, ready, alive)
 	if err != nil {
 		return err
 	}
@@ -216,6 +224,22 @@ func Run(ctx context.Context, o Options) error {
 		Namespace: le.Namespace, Name: le.LeaseName, Identity: o.Identity,
 		LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
 	}, lead)
+}
+
+// keySource is what /readyz reads of generations.Manager.
+type keySource interface {
+	Err() error
+	Keys() []backends.Signer
+}
+
+// readiness is nil when the signer name has an Active generation whose key is
+// open and every open key's backend answered its last signature with no
+// call stuck (signer.KeysReady, as the signer's /readyz).
+func readiness(g keySource) error {
+	if err := g.Err(); err != nil {
+		return fmt.Errorf("no token-signing key: %w", err)
+	}
+	return signer.KeysReady(g.Keys())
 }
 
 // keepReserved reserves, now and every interval until ctx ends, the
@@ -324,9 +348,15 @@ func (l *serverErrorLog) Write(p []byte) (int, error) {
 }
 
 // serveMetricsAndHealth starts /metrics and /healthz, /readyz.
-func serveMetricsAndHealth(ctx context.Context, cfg *config.TokenServiceConfiguration, reg *prometheus.Registry, ready func() error) (string, string, func(), error) {
+func serveMetricsAndHealth(ctx context.Context, cfg *config.TokenServiceConfiguration, reg *prometheus.Registry, ready, alive func() error) (string, string, func(), error) {
 	health := http.NewServeMux()
-	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := alive(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -36,6 +37,10 @@ const (
 	maxAuthorizationBytes = MaxTokenBytes*4/3 + 1024
 	// maxQuoted bounds how much of a client's input a message quotes.
 	maxQuoted = 256
+	// signTimeout bounds one signature of the key backend: a hung HSM
+	// call is left to the key's guard (signer.GuardKey) and the request
+	// answered 503, instead of holding it until the client goes away.
+	signTimeout = 10 * time.Second
 )
 
 // Username is the user name the credential endpoint hands out (the
@@ -69,6 +74,9 @@ type Server struct {
 	o        ServerOptions
 	lifetime time.Duration
 	keyID    string
+	// signFailing: the last signature failed (its start was logged at
+	// default verbosity; the next ones at V(2) until one succeeds).
+	signFailing atomic.Bool
 }
 
 // NewServer validates o. It starts nothing.
@@ -339,13 +347,22 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", message: err.Error()})
 		return
 	}
-	raw, err := registrytoken.Mint(ctx, auth.Signer(), tok)
+	sctx, cancel := context.WithTimeout(ctx, signTimeout)
+	raw, err := registrytoken.Mint(sctx, auth.Signer(), tok)
+	cancel()
 	if err != nil {
 		s.o.Metrics.signingError()
-		logger.Error(err, "Signing a registry token failed", "generation", gen, "service", tr.service)
+		if s.signFailing.CompareAndSwap(false, true) {
+			logger.Error(err, "Signing registry tokens fails; every token request is answered 503 until a signature succeeds (logged once)", "generation", gen, "service", tr.service)
+		} else {
+			logger.V(2).Info("Signing a registry token failed", "err", err, "generation", gen, "service", tr.service)
+		}
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable",
 			message: "signing the token failed; try again"})
 		return
+	}
+	if s.signFailing.CompareAndSwap(true, false) {
+		logger.Info("Signing registry tokens works again", "generation", gen)
 	}
 	logger.WithName("audit").Info("Registry token granted",
 		"namespace", id.Namespace, "sa", id.ServiceAccount, "pod", id.PodName, "podUID", id.PodUID, "node", id.NodeName,

@@ -13,13 +13,16 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/keyward/keyward/backends"
@@ -668,5 +671,51 @@ func TestAnUnavailableReviewSaysSoOnce(t *testing.T) {
 	}
 	if w.Code != http.StatusServiceUnavailable || strings.Count(got.Message, "cannot validate") != 1 {
 		t.Errorf("answered %d %q, want 503 saying \"cannot validate\" once", w.Code, got.Message)
+	}
+}
+
+// TestASigningFailureIsLoggedOnceNotPerRequest: a key backend that is down
+// answers every request 503; the error is logged at default verbosity when
+// it starts and once when signing works again, not once per request.
+func TestASigningFailureIsLoggedOnceNotPerRequest(t *testing.T) {
+	f := newFixture(t, nil)
+	good, _, _ := f.issuer.Current()
+	broken, err := authorityWith(good, &failingSigner{Signer: good.Signer()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	get := func() int {
+		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic(pullerToken))
+		return f.do(r.WithContext(ctx)).Code
+	}
+	f.issuer.Authority = broken
+	for range 5 {
+		if code := get(); code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want 503", code)
+		}
+	}
+	f.issuer.Authority = good
+	for range 2 {
+		if code := get(); code != http.StatusOK {
+			t.Fatalf("status %d, want 200", code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var other []string
+	for _, l := range lines {
+		if !strings.Contains(l, "Registry token granted") {
+			other = append(other, l)
+		}
+	}
+	if len(other) != 2 {
+		t.Errorf("logged %d lines besides the audit of grants, want the failure once and the recovery once:\n%s", len(other), strings.Join(other, "\n"))
 	}
 }
