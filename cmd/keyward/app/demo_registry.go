@@ -394,6 +394,9 @@ func runDemoPlugin(ctx context.Context, plugin []string, url, caFile, image, saT
 	if !ok {
 		return "", "", "", fmt.Errorf("keyward credential-provider answered no credential for %s: %s", host, stdout.String())
 	}
+	if a.Password != saToken {
+		return "", "", "", fmt.Errorf("keyward credential-provider answered for %s a password that is not the pod's service-account token", host)
+	}
 	shown = fmt.Sprintf("auth[%s] = {username: %q, password: <the service-account token, %d bytes>}, cacheKeyType %s, cacheDuration %s",
 		host, a.Username, len(a.Password), resp.CacheKeyType, resp.CacheDuration)
 	return a.Username, a.Password, shown, nil
