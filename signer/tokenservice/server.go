@@ -77,6 +77,9 @@ type Server struct {
 	// signFailing: the last signature failed (its start was logged at
 	// default verbosity; the next ones at V(2) until one succeeds).
 	signFailing atomic.Bool
+	// reviewFailing: the last review could not be made (the apiserver
+	// unreachable, too many under way); logged like signFailing.
+	reviewFailing atomic.Bool
 }
 
 // NewServer validates o. It starts nothing.
@@ -292,6 +295,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rv, err := s.o.Reviewer.Review(ctx, tr.credential)
+	s.reviewed(ctx, err)
 	if err != nil {
 		e := s.reviewError(ctx, r, err, tr.service)
 		s.writeTokenError(w, oauthForm, tokenError{status: e.status, code: e.code, oauth: e.oauth, message: e.message})
@@ -381,6 +385,26 @@ type reviewAnswer struct {
 	code, oauth string // /token
 	credCode    string // /v1/credential
 	message     string
+}
+
+// reviewed logs, at default verbosity, when reviews start failing for a
+// reason that is not the token's (the apiserver unreachable, too many
+// reviews under way) and when they work again: once each, not once per
+// request. A missing RBAC grant is logged once by the reviewer itself.
+func (s *Server) reviewed(ctx context.Context, err error) {
+	var refused *RefusedError
+	var grant *MissingGrantError
+	switch {
+	case err == nil || errors.As(err, &refused):
+		if s.reviewFailing.CompareAndSwap(true, false) {
+			klog.FromContext(ctx).Info("Service-account token reviews work again")
+		}
+	case errors.As(err, &grant):
+	default:
+		if s.reviewFailing.CompareAndSwap(false, true) {
+			klog.FromContext(ctx).Error(err, "Cannot validate service-account tokens; every token request is answered 503 until a review succeeds (logged once)")
+		}
+	}
 }
 
 // reviewError turns a Review error into an answer and logs it: a refusal
@@ -509,6 +533,7 @@ func (s *Server) credential(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rv, err := s.o.Reviewer.Review(ctx, cred)
+	s.reviewed(ctx, err)
 	if err != nil {
 		e := s.reviewError(ctx, r, err, "")
 		writeCredentialError(w, e.status, e.credCode, e.message)

@@ -719,3 +719,39 @@ func TestASigningFailureIsLoggedOnceNotPerRequest(t *testing.T) {
 		t.Errorf("logged %d lines besides the audit of grants, want the failure once and the recovery once:\n%s", len(other), strings.Join(other, "\n"))
 	}
 }
+
+// TestAnApiserverOutageIsLoggedOnceNotPerRequest: reviews that cannot be
+// made (the apiserver down for minutes) are answered 503 each, but logged
+// at default verbosity when they start failing and once when a review
+// works again (a refusal counts: the apiserver answered).
+func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
+	f := newFixture(t, nil)
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	get := func() int {
+		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic("unknown"))
+		return f.do(r.WithContext(ctx)).Code
+	}
+	f.reviewer.err = fmt.Errorf("%w: creating a TokenReview: connection refused", ErrUnavailable)
+	for range 5 {
+		if code := get(); code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want 503", code)
+		}
+	}
+	f.reviewer.err = nil
+	for range 2 {
+		if code := get(); code != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401 (the apiserver refuses the token)", code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 2 || !strings.Contains(lines[0], "Cannot validate service-account tokens") || !strings.Contains(lines[1], "work again") {
+		t.Errorf("logged %d lines, want the outage once and the recovery once:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+}
