@@ -109,26 +109,16 @@ func (s *state) synced() bool {
 // alive is nil unless a CA key has a backend call stuck for so long that
 // only a restart is likely to help (/healthz, the liveness probe).
 func (s *state) alive() error {
-	var errs []error
-	for _, k := range s.keys() {
-		errs = append(errs, k.alive())
-	}
-	return errors.Join(errs...)
+	return KeysAlive(s.keys())
 }
 
 // keys are the CA keys open now, of every generation kept open.
-func (s *state) keys() []*healthKey {
+func (s *state) keys() []backends.Signer {
 	g := s.generations.Load()
 	if g == nil {
 		return nil
 	}
-	var out []*healthKey
-	for _, k := range g.Keys() {
-		if h, ok := k.(*healthKey); ok {
-			out = append(out, h)
-		}
-	}
-	return out
+	return g.Keys()
 }
 
 // ready is nil when every signer name has an Active generation whose key
@@ -139,11 +129,7 @@ func (s *state) ready() error {
 	if g == nil {
 		return errors.New("CA generations not read yet")
 	}
-	errs := []error{g.Err()}
-	for _, k := range s.keys() {
-		errs = append(errs, k.check())
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(g.Err(), KeysReady(s.keys())); err != nil {
 		return err
 	}
 	if g := s.permissions.Load(); g == nil {

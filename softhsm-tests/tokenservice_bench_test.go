@@ -3,20 +3,15 @@ package softhsmtests
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,6 +36,7 @@ import (
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/internal/servingcert"
 	"github.com/keyward/keyward/kubeclient"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/registrytoken"
@@ -273,7 +269,11 @@ func newTSBenchEnv(b *testing.B, ctx context.Context, n int) *tsBenchEnv {
 	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), "admin", e.adminKubeconfig); err != nil {
 		b.Fatal(err)
 	}
-	e.certFile, e.keyFile, e.pool = tsBenchServingCert(b, dir)
+	serving, err := servingcert.Write(dir, "token-service")
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.certFile, e.keyFile, e.pool = serving.CertFile, serving.KeyFile, serving.Pool
 	return e
 }
 
@@ -553,56 +553,4 @@ func reportTSBench(b *testing.B, r tsBenchResult, raw float64) {
 	if raw > 0 {
 		b.ReportMetric(r.rate/raw, "of-raw")
 	}
-}
-
-// tsBenchServingCert makes a CA and a serving certificate for 127.0.0.1
-// signed by it in dir; it returns the certificate's and key's files and a
-// pool trusting the CA.
-func tsBenchServingCert(b *testing.B, dir string) (string, string, *x509.CertPool) {
-	b.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "token service bench CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		b.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "keyward token service"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}, ca, key.Public(), caKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	write := func(name, typ string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: data}), 0o600); err != nil {
-			b.Fatal(err)
-		}
-		return p
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return write("tls.crt", "CERTIFICATE", der), write("tls.key", "PRIVATE KEY", keyDER), pool
 }

@@ -3,19 +3,12 @@ package softhsmtests
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -35,6 +28,7 @@ import (
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/cmd/keyward/app"
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/internal/servingcert"
 	"github.com/keyward/keyward/internal/testregistry"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/tokenservice"
@@ -197,39 +191,6 @@ func TestTheTokenReviewerNamesAMissingGrant(t *testing.T) {
 	}
 }
 
-// servingPair writes a self-signed serving certificate for 127.0.0.1 and
-// its key; it returns the two paths and a pool trusting the certificate.
-func servingPair(t *testing.T) (string, string, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "keyward token service"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
-
 // runningTokenService is a tokenservice.Run started by startMintingTokenService.
 type runningTokenService struct {
 	listen, health string
@@ -245,7 +206,11 @@ func startMintingTokenService(t *testing.T, signerName string, reg *testregistry
 	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), "admin", kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile, pool := servingPair(t)
+	serving, err := servingcert.Write(t.TempDir(), "token-service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, pool := serving.CertFile, serving.KeyFile, serving.Pool
 	off := false
 	cfg := &tsconfig.TokenServiceConfiguration{
 		APIVersion: tsconfig.APIVersion, Kind: tsconfig.Kind,

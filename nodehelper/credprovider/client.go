@@ -126,6 +126,11 @@ func (c *tokenServiceClient) credential(ctx context.Context, endpoint, image, to
 	if answer.Registry == "" {
 		return nil, fmt.Errorf("%w: its 200 answer names no registry", ErrBadAnswer)
 	}
+	if answer.Username == "" {
+		// containerd's CRI drops the password of an entry without a
+		// username: the pull would go out anonymously.
+		return nil, fmt.Errorf("%w: its 200 answer names no username", ErrBadAnswer)
+	}
 	return &answer, nil
 }
 

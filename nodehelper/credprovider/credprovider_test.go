@@ -158,3 +158,23 @@ func TestKubeletRequestWireFormat(t *testing.T) {
 		t.Errorf("without tokenAttributes kubelet writes\n%s\nwant\n%s", noToken, want)
 	}
 }
+
+// containerd's CRI (internal/cri/server/images/image_pull.go ParseAuth, v2.4.2)
+// ignores the password of an auth entry whose username is empty, so such an
+// answer would make kubelet cache a credential that pulls anonymously.
+func TestAnswerWithoutUsernameIsRefused(t *testing.T) {
+	ts := newTokenService(t, func(w http.ResponseWriter, _ *http.Request, image string) {
+		host, _, _ := strings.Cut(image, "/")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"registry":"` + host + `","service":"registry.example","username":""}`))
+	})
+	p := newTestPlugin(t, ts, credprovider.Options{})
+	var out bytes.Buffer
+	err := p.Run(t.Context(), bytes.NewReader(kubeletRequest(t, testImage, fakeJWT(testNow.Add(time.Hour)), nil)), &out)
+	if !errors.Is(err, credprovider.ErrBadAnswer) {
+		t.Fatalf("error %v, want ErrBadAnswer", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("wrote %q on error", out.String())
+	}
+}

@@ -3,6 +3,7 @@ package tokenservice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +74,48 @@ func TestTheKeeperReservesAheadEveryInterval(t *testing.T) {
 	defer mu.Unlock()
 	if len(lines) != 2 {
 		t.Errorf("logged %q, want the failure once and the recovery once", lines)
+	}
+}
+
+// TestTheKeeperRetriesSoonAndStaysQuietAtStart: a new leader's first
+// Reserve usually fails because the Authority objects are not read yet.
+// The keeper tries again after KeeperRetry, not a whole KeeperInterval
+// later, and a failure that a retry cures is not logged as an error.
+func TestTheKeeperRetriesSoonAndStaysQuietAtStart(t *testing.T) {
+	auth, _ := testca.New(t)
+	iss := &recordingIssuer{Static: issuer.Static{Authority: auth, Generation: "g1"}, reserves: make(chan time.Time, 10),
+		err: fmt.Errorf("%w: Authority objects not read yet", issuer.ErrUnavailable)}
+	clk := clocktesting.NewFakeClock(time.Now())
+	var mu sync.Mutex
+	var lines []string
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{})))
+	done := make(chan struct{})
+	go func() { defer close(done); keepReserved(ctx, iss, 10*time.Minute, KeeperInterval, clk) }()
+	<-iss.reserves
+	iss.mu.Lock()
+	iss.err = nil
+	iss.mu.Unlock()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(KeeperRetry)
+	select {
+	case got := <-iss.reserves:
+		if want := clk.Now().Add(10 * time.Minute); !got.Equal(want) {
+			t.Errorf("retry reserved up to %s, want now+10m %s", got, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no retry %s after the failed start", KeeperRetry)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 0 {
+		t.Errorf("logged %q, want nothing for a failure the retry cured", lines)
 	}
 }

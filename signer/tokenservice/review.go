@@ -54,9 +54,22 @@ const (
 	// maxCacheEntries bounds the review cache; past it, expired entries
 	// are swept and, if none were, the new review is not cached.
 	maxCacheEntries = 10000
+	// DefaultMaxConcurrentReviews bounds the reviews under way at once. A
+	// review is three requests of a few milliseconds, so a replica within
+	// its client's QPS needs a handful; the bound keeps a flood of
+	// distinct garbage tokens (no credential needed) from queueing
+	// thousands of requests, each a goroutine for up to reviewTimeout,
+	// behind the client rate limiter that the leader's Lease renewals
+	// and reservation writes share.
+	DefaultMaxConcurrentReviews = 64
 	// maxStatusError bounds how much of the apiserver's status.error a
 	// refusal quotes.
 	maxStatusError = 512
+	// invalidatedError is what kube-apiserver's TokenReview says of a
+	// genuine service-account token whose bound object (pod, secret) is
+	// gone: only then was the signature verified and the claims are the
+	// cluster's (pkg/serviceaccount/claims.go).
+	invalidatedError = "service account token has been invalidated"
 )
 
 // ErrUnavailable is matched (errors.Is) by a Review error that says
@@ -104,6 +117,11 @@ type ReviewerOptions struct {
 	// CacheTTL is how long an accepted review is reused (capped at the
 	// token's expiry); zero caches nothing.
 	CacheTTL time.Duration
+	// MaxConcurrentReviews bounds the reviews under way at once (default
+	// DefaultMaxConcurrentReviews); past it a token that needs asking the
+	// apiserver is answered ErrUnavailable at once. Cached reviews and
+	// callers joining a review under way are not counted.
+	MaxConcurrentReviews int
 	// Metrics, if set, observes reviews and cache hits.
 	Metrics *Metrics
 	Clock   clock.PassiveClock
@@ -143,6 +161,12 @@ func NewReviewer(o ReviewerOptions) (*KubeReviewer, error) {
 	if o.CacheTTL < 0 {
 		return nil, fmt.Errorf("review cache TTL %s is negative", o.CacheTTL)
 	}
+	if o.MaxConcurrentReviews < 0 {
+		return nil, fmt.Errorf("maximum concurrent reviews %d is negative", o.MaxConcurrentReviews)
+	}
+	if o.MaxConcurrentReviews == 0 {
+		o.MaxConcurrentReviews = DefaultMaxConcurrentReviews
+	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -167,6 +191,10 @@ func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error
 		delete(r.cache, key)
 	}
 	f := r.flights[key]
+	if f == nil && len(r.flights) >= r.o.MaxConcurrentReviews {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d token reviews are under way, the most this replica makes at once", ErrUnavailable, r.o.MaxConcurrentReviews)
+	}
 	if f == nil {
 		f = &reviewFlight{done: make(chan struct{})}
 		r.flights[key] = f
@@ -202,6 +230,13 @@ func (r *KubeReviewer) fly(ctx context.Context, key [32]byte, token string, clai
 	}
 	r.mu.Unlock()
 	close(f.done)
+}
+
+// inFlight is the number of reviews under way.
+func (r *KubeReviewer) inFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.flights)
 }
 
 // store caches an accepted review; r.mu is held.
@@ -256,7 +291,8 @@ func (r *KubeReviewer) precheck(token string) (*unverifiedClaims, error) {
 			Message: fmt.Sprintf("the token is for audience %q, not %q (kubelet's tokenAttributes.serviceAccountTokenAudience must be %q)", c.aud, r.o.Audience, r.o.Audience)}
 	}
 	if now := r.o.Clock.Now(); !now.Before(c.expiry) {
-		return nil, &RefusedError{Reason: ReasonExpired, Message: fmt.Sprintf("the token expired at %s", c.expiry.UTC().Format(time.RFC3339))}
+		return nil, &RefusedError{Reason: ReasonExpired, Message: fmt.Sprintf("the token expired at %s; this token service's clock reads %s (a token the kubelet just issued: a clock is wrong)",
+			c.expiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
 	}
 	return c, nil
 }
@@ -323,6 +359,13 @@ func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverif
 				e = e[:maxStatusError] + "…"
 			}
 			msg += ": " + e
+		}
+		// Only then: the claims of a token the apiserver did not
+		// authenticate are the caller's own words, and looking up the pod
+		// they name would tell anyone whether a pod of any namespace
+		// exists, and its UID.
+		if !strings.Contains(st.Error, invalidatedError) {
+			return nil, &RefusedError{Reason: ReasonNotAuthenticated, Message: msg}
 		}
 		if gone := r.podGone(ctx, claims); gone != "" {
 			// The apiserver says only "service account token has been

@@ -1,6 +1,7 @@
 package tokenservice
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -132,6 +133,9 @@ func TestReviewerRefusals(t *testing.T) {
 			token: jwt(t, "https://kubernetes.default.svc", exp), wantReason: ReasonWrongAudience, wantInMsg: "https://kubernetes.default.svc"},
 		{name: "an expired token is refused without asking",
 			token: jwt(t, testAudience, clk.Now().Add(-time.Minute)), wantReason: ReasonExpired},
+		{name: "an expired token's refusal gives the token service's clock, for a skewed clock",
+			token: jwt(t, testAudience, clk.Now().Add(-time.Minute)), wantReason: ReasonExpired,
+			wantInMsg: "clock reads " + clk.Now().UTC().Format(time.RFC3339)},
 		{name: "a token without exp (a legacy Secret token) is refused without asking",
 			token: jwt(t, testAudience, time.Time{}), wantReason: ReasonMalformed},
 		{name: "a token the apiserver does not authenticate is refused quoting its error",
@@ -323,5 +327,78 @@ func TestAMissingTokenReviewGrantIsNamedAndLoggedOnce(t *testing.T) {
 	defer mu.Unlock()
 	if len(lines) != 1 || !strings.Contains(lines[0], "tokenreviews") {
 		t.Errorf("logged %q, want one line naming the grant", lines)
+	}
+}
+
+// TestAForgedTokenLearnsNothingAboutPods: the claims of a token the
+// apiserver did not authenticate are the caller's own words. The pod they
+// name is looked up only when the apiserver says the token was
+// invalidated (a genuine token whose pod is gone); a forged token naming
+// another namespace's pod must not tell an unauthenticated caller whether
+// that pod exists, nor its UID.
+func TestAForgedTokenLearnsNothingAboutPods(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	forged := jwtClaimsOf(t, map[string]any{"aud": []string{testAudience}, "sub": "system:serviceaccount:team-b:default",
+		"kubernetes.io": map[string]any{"namespace": "team-b", "pod": map[string]any{"name": "db", "uid": "guess"}}}, clk.Now().Add(time.Hour))
+	for _, c := range []struct {
+		name    string
+		objects []kruntime.Object
+	}{
+		{name: "a forged token naming a pod that does not exist"},
+		{name: "a forged token naming a pod that exists under another uid", objects: []kruntime.Object{testPod("team-b", "db", "secret-uid-7", corev1.PodRunning)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			api := newFakeAPI(c.objects...)
+			api.answers[forged] = authnv1.TokenReviewStatus{Error: "invalid bearer token, square/go-jose: error in cryptographic primitive"}
+			r := newTestReviewer(t, api, 10*time.Second, clk)
+			_, err := r.Review(t.Context(), forged)
+			var refused *RefusedError
+			if !errors.As(err, &refused) {
+				t.Fatalf("error %v, want a refusal", err)
+			}
+			if refused.Reason != ReasonNotAuthenticated || strings.Contains(refused.Message, "secret-uid-7") || strings.Contains(refused.Message, "team-b/db") {
+				t.Errorf("refused %s %q, want NotAuthenticated saying nothing of pod team-b/db", refused.Reason, refused.Message)
+			}
+			for _, a := range api.client.Actions() {
+				if a.GetResource().Resource == "pods" {
+					t.Errorf("the token service read pods (%s %s) for a token the apiserver did not authenticate", a.GetVerb(), a.GetNamespace())
+				}
+			}
+		})
+	}
+}
+
+// TestReviewsInFlightAreBounded: every distinct token that parses costs a
+// TokenReview, and a caller needs no credential to send many. Past
+// MaxConcurrentReviews reviews under way, a new token is answered
+// unavailable at once instead of queueing behind the client's rate limiter
+// (which the Lease renewals share) with a goroutine each.
+func TestReviewsInFlightAreBounded(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	api := newFakeAPI()
+	api.block, api.entered = make(chan struct{}), make(chan struct{}, 10)
+	r, err := NewReviewer(ReviewerOptions{Client: api.client, Audience: testAudience, Clock: clk, MaxConcurrentReviews: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	first := jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 1}, clk.Now().Add(time.Hour))
+	wg.Go(func() { _, _ = r.Review(t.Context(), first) })
+	<-api.entered
+	// A caller that has already gone: without the bound it would start a
+	// flight and get its context's error; with it, it is refused before.
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = r.Review(gone, jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 2}, clk.Now().Add(time.Hour)))
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		t.Errorf("a second token while one review is under way: %v, want ErrUnavailable before any review starts", err)
+	}
+	close(api.block)
+	wg.Wait()
+	for r.inFlight() > 0 {
+		runtime.Gosched()
+	}
+	if got := api.reviews.Load(); got != 1 {
+		t.Errorf("%d TokenReviews, want 1", got)
 	}
 }

@@ -17,8 +17,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +67,9 @@ type Options struct {
 const (
 	// KeeperInterval is how often the leader reserves ahead.
 	KeeperInterval = 30 * time.Second
+	// KeeperRetry is how soon the leader tries again after a failed
+	// reservation (at start the Authority objects are not read yet).
+	KeeperRetry = time.Second
 	// keeperAhead is how far past a token's lifetime the keeper reserves,
 	// so that a non-leader's Reserve finds the reservation already made.
 	keeperAhead = 5 * time.Minute
@@ -127,8 +132,20 @@ func Run(ctx context.Context, o Options) error {
 	gens, err := generations.New(generations.Options{
 		Writer: auths, Informer: inf,
 		Signers: []generations.Policy{{Name: cfg.SignerName, MaxLifetime: cfg.TokenLifetime.Duration}},
+		// Guarded as the signer's CA keys are: a hung backend call never
+		// holds a request past its deadline, and /readyz reports a
+		// backend that fails.
 		Open: func(ctx context.Context, keyURI string) (backends.Signer, error) {
-			return o.Backends.Open(ctx, backends.OpenRequest{URI: keyURI})
+			opened, err := o.Backends.Open(ctx, backends.OpenRequest{URI: keyURI})
+			if err != nil {
+				return nil, err
+			}
+			key, err := signer.GuardKey(opened)
+			if err != nil {
+				_ = opened.Close()
+				return nil, err
+			}
+			return key, nil
 		},
 	})
 	if err != nil {
@@ -163,18 +180,14 @@ func Run(ctx context.Context, o Options) error {
 	})
 	defer func() { stopGens(); gensDone.Wait() }()
 
-	ready := func() error {
-		if err := gens.Err(); err != nil {
-			return fmt.Errorf("no token-signing key: %w", err)
-		}
-		return nil
-	}
+	ready := func() error { return readiness(gens) }
 	listenAddr, stopHTTPS, err := serveTLS(ctx, cfg.Listen.Address, srv.Handler(), certs)
 	if err != nil {
 		return err
 	}
 	defer stopHTTPS()
-	metricsAddr, healthAddr, stopServers, err := serveMetricsAndHealth(ctx, cfg, reg, ready)
+	alive := func() error { return signer.KeysAlive(gens.Keys()) }
+	metricsAddr, healthAddr, stopServers, err := serveMetricsAndHealth(ctx, cfg, reg, ready, alive)
 	if err != nil {
 		return err
 	}
@@ -213,15 +226,31 @@ func Run(ctx context.Context, o Options) error {
 	}, lead)
 }
 
+// keySource is what /readyz reads of generations.Manager.
+type keySource interface {
+	Err() error
+	Keys() []backends.Signer
+}
+
+// readiness is nil when the signer name has an Active generation whose key is
+// open and every open key's backend answered its last signature with no
+// call stuck (signer.KeysReady, as the signer's /readyz).
+func readiness(g keySource) error {
+	if err := g.Err(); err != nil {
+		return fmt.Errorf("no token-signing key: %w", err)
+	}
+	return signer.KeysReady(g.Keys())
+}
+
 // keepReserved reserves, now and every interval until ctx ends, the
 // current generation's lifetime up to now+ahead, so that replicas not
 // leading can sign (their Reserve succeeds only within what the leader
-// recorded). A failure is logged when it starts and when it ends.
+// recorded). A failed attempt is tried again after KeeperRetry; a failure
+// is logged when a retry fails too (a new leader's first attempt usually
+// fails: the Authority objects are not read yet) and when it ends.
 func keepReserved(ctx context.Context, iss issuer.Issuer, ahead, interval time.Duration, clk clock.WithTicker) {
 	logger := klog.FromContext(ctx)
-	failing := false
-	t := clk.NewTicker(interval)
-	defer t.Stop()
+	failures := 0
 	for {
 		err := func() error {
 			_, gen, err := iss.Current()
@@ -230,18 +259,26 @@ func keepReserved(ctx context.Context, iss issuer.Issuer, ahead, interval time.D
 			}
 			return iss.Reserve(ctx, gen, clk.Now().Add(ahead))
 		}()
+		wait := interval
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil && !failing:
-			failing = true
-			logger.Error(err, "Cannot reserve ahead for the replicas that do not lead; they answer 503 until this works (logged once)")
-		case err == nil && failing:
-			failing = false
+		case err != nil:
+			failures++
+			if failures == 2 {
+				logger.Error(err, "Cannot reserve ahead for the replicas that do not lead; they answer 503 until this works (logged once)")
+			}
+			wait = min(KeeperRetry, interval)
+		case failures >= 2:
 			logger.Info("Reserving ahead works again")
+			failures = 0
+		default:
+			failures = 0
 		}
+		t := clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C():
 		}
@@ -266,6 +303,7 @@ func serveTLS(ctx context.Context, addr string, h http.Handler, certs *certReloa
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          log.New(&serverErrorLog{logger: logger}, "", 0),
 	}
 	done := make(chan struct{})
 	go func() {
@@ -284,10 +322,41 @@ func serveTLS(ctx context.Context, addr string, h http.Handler, certs *certReloa
 	return ln.Addr().String(), stop, nil
 }
 
+// serverErrorLog takes net/http's own error lines into klog. Most are
+// failed TLS handshakes: a plugin or containerd that does not trust the
+// certificate fails one on every pull, so the first is logged at the
+// default verbosity and the rest at -v=2, not one line per pull.
+type serverErrorLog struct {
+	logger    klog.Logger
+	handshake sync.Once
+}
+
+func (l *serverErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if !strings.HasPrefix(msg, "http: TLS handshake error") {
+		l.logger.Info("HTTPS server error", "detail", msg)
+		return len(p), nil
+	}
+	first := false
+	l.handshake.Do(func() { first = true })
+	if first {
+		l.logger.Info("A client failed the TLS handshake; does it trust this certificate? (the first is logged, the rest at -v=2)", "detail", msg)
+	} else {
+		l.logger.V(2).Info("A client failed the TLS handshake", "detail", msg)
+	}
+	return len(p), nil
+}
+
 // serveMetricsAndHealth starts /metrics and /healthz, /readyz.
-func serveMetricsAndHealth(ctx context.Context, cfg *config.TokenServiceConfiguration, reg *prometheus.Registry, ready func() error) (string, string, func(), error) {
+func serveMetricsAndHealth(ctx context.Context, cfg *config.TokenServiceConfiguration, reg *prometheus.Registry, ready, alive func() error) (string, string, func(), error) {
 	health := http.NewServeMux()
-	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := alive(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -36,6 +37,10 @@ const (
 	maxAuthorizationBytes = MaxTokenBytes*4/3 + 1024
 	// maxQuoted bounds how much of a client's input a message quotes.
 	maxQuoted = 256
+	// signTimeout bounds one signature of the key backend: a hung HSM
+	// call is left to the key's guard (signer.GuardKey) and the request
+	// answered 503, instead of holding it until the client goes away.
+	signTimeout = 10 * time.Second
 )
 
 // Username is the user name the credential endpoint hands out (the
@@ -69,6 +74,12 @@ type Server struct {
 	o        ServerOptions
 	lifetime time.Duration
 	keyID    string
+	// signFailing: the last signature failed (its start was logged at
+	// default verbosity; the next ones at V(2) until one succeeds).
+	signFailing atomic.Bool
+	// reviewFailing: the last review could not be made (the apiserver
+	// unreachable, too many under way); logged like signFailing.
+	reviewFailing atomic.Bool
 }
 
 // NewServer validates o. It starts nothing.
@@ -284,6 +295,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rv, err := s.o.Reviewer.Review(ctx, tr.credential)
+	s.reviewed(ctx, err)
 	if err != nil {
 		e := s.reviewError(ctx, r, err, tr.service)
 		s.writeTokenError(w, oauthForm, tokenError{status: e.status, code: e.code, oauth: e.oauth, message: e.message})
@@ -339,13 +351,22 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", message: err.Error()})
 		return
 	}
-	raw, err := registrytoken.Mint(ctx, auth.Signer(), tok)
+	sctx, cancel := context.WithTimeout(ctx, signTimeout)
+	raw, err := registrytoken.Mint(sctx, auth.Signer(), tok)
+	cancel()
 	if err != nil {
 		s.o.Metrics.signingError()
-		logger.Error(err, "Signing a registry token failed", "generation", gen, "service", tr.service)
+		if s.signFailing.CompareAndSwap(false, true) {
+			logger.Error(err, "Signing registry tokens fails; every token request is answered 503 until a signature succeeds (logged once)", "generation", gen, "service", tr.service)
+		} else {
+			logger.V(2).Info("Signing a registry token failed", "err", err, "generation", gen, "service", tr.service)
+		}
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable",
 			message: "signing the token failed; try again"})
 		return
+	}
+	if s.signFailing.CompareAndSwap(true, false) {
+		logger.Info("Signing registry tokens works again", "generation", gen)
 	}
 	logger.WithName("audit").Info("Registry token granted",
 		"namespace", id.Namespace, "sa", id.ServiceAccount, "pod", id.PodName, "podUID", id.PodUID, "node", id.NodeName,
@@ -364,6 +385,26 @@ type reviewAnswer struct {
 	code, oauth string // /token
 	credCode    string // /v1/credential
 	message     string
+}
+
+// reviewed logs, at default verbosity, when reviews start failing for a
+// reason that is not the token's (the apiserver unreachable, too many
+// reviews under way) and when they work again: once each, not once per
+// request. A missing RBAC grant is logged once by the reviewer itself.
+func (s *Server) reviewed(ctx context.Context, err error) {
+	var refused *RefusedError
+	var grant *MissingGrantError
+	switch {
+	case err == nil || errors.As(err, &refused):
+		if s.reviewFailing.CompareAndSwap(true, false) {
+			klog.FromContext(ctx).Info("Service-account token reviews work again")
+		}
+	case errors.As(err, &grant):
+	default:
+		if s.reviewFailing.CompareAndSwap(false, true) {
+			klog.FromContext(ctx).Error(err, "Cannot validate service-account tokens; every token request is answered 503 until a review succeeds (logged once)")
+		}
+	}
 }
 
 // reviewError turns a Review error into an answer and logs it: a refusal
@@ -385,8 +426,12 @@ func (s *Server) reviewError(ctx context.Context, r *http.Request, err error, se
 			message: "service-account token refused (" + refused.Reason + "): " + refused.Message}
 	}
 	logger.V(2).Info("Cannot validate a service-account token now", "err", err, "endpoint", r.URL.Path, "remote", r.RemoteAddr)
+	msg := err.Error() // ErrUnavailable's text says it already
+	if !errors.Is(err, ErrUnavailable) {
+		msg = "cannot validate the service-account token now: " + msg
+	}
 	return reviewAnswer{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", credCode: "unavailable",
-		message: "cannot validate the service-account token now: " + err.Error()}
+		message: msg}
 }
 
 func (s *Server) services() string {
@@ -488,6 +533,7 @@ func (s *Server) credential(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rv, err := s.o.Reviewer.Review(ctx, cred)
+	s.reviewed(ctx, err)
 	if err != nil {
 		e := s.reviewError(ctx, r, err, "")
 		writeCredentialError(w, e.status, e.credCode, e.message)

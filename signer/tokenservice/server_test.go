@@ -13,13 +13,16 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/keyward/keyward/backends"
@@ -653,5 +656,102 @@ func TestAGrantIsCounted(t *testing.T) {
 	}
 	if n := m.GetHistogram().GetSampleCount(); n != 1 {
 		t.Errorf("issue durations observed %d, want 1", n)
+	}
+}
+
+// TestAnUnavailableReviewSaysSoOnce: the plugin prints the token service's
+// message; "cannot validate" is said once, then why.
+func TestAnUnavailableReviewSaysSoOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	f.reviewer.err = fmt.Errorf("%w: creating a TokenReview: connection refused", ErrUnavailable)
+	w := f.do(credentialPOST(fmt.Sprintf(`{"image":%q}`, testHost+"/keyward/hello"), "Bearer unknown"))
+	var got credentialBody
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != http.StatusServiceUnavailable || strings.Count(got.Message, "cannot validate") != 1 {
+		t.Errorf("answered %d %q, want 503 saying \"cannot validate\" once", w.Code, got.Message)
+	}
+}
+
+// TestASigningFailureIsLoggedOnceNotPerRequest: a key backend that is down
+// answers every request 503; the error is logged at default verbosity when
+// it starts and once when signing works again, not once per request.
+func TestASigningFailureIsLoggedOnceNotPerRequest(t *testing.T) {
+	f := newFixture(t, nil)
+	good, _, _ := f.issuer.Current()
+	broken, err := authorityWith(good, &failingSigner{Signer: good.Signer()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	get := func() int {
+		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic(pullerToken))
+		return f.do(r.WithContext(ctx)).Code
+	}
+	f.issuer.Authority = broken
+	for range 5 {
+		if code := get(); code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want 503", code)
+		}
+	}
+	f.issuer.Authority = good
+	for range 2 {
+		if code := get(); code != http.StatusOK {
+			t.Fatalf("status %d, want 200", code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var other []string
+	for _, l := range lines {
+		if !strings.Contains(l, "Registry token granted") {
+			other = append(other, l)
+		}
+	}
+	if len(other) != 2 {
+		t.Errorf("logged %d lines besides the audit of grants, want the failure once and the recovery once:\n%s", len(other), strings.Join(other, "\n"))
+	}
+}
+
+// TestAnApiserverOutageIsLoggedOnceNotPerRequest: reviews that cannot be
+// made (the apiserver down for minutes) are answered 503 each, but logged
+// at default verbosity when they start failing and once when a review
+// works again (a refusal counts: the apiserver answered).
+func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
+	f := newFixture(t, nil)
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	get := func() int {
+		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic("unknown"))
+		return f.do(r.WithContext(ctx)).Code
+	}
+	f.reviewer.err = fmt.Errorf("%w: creating a TokenReview: connection refused", ErrUnavailable)
+	for range 5 {
+		if code := get(); code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want 503", code)
+		}
+	}
+	f.reviewer.err = nil
+	for range 2 {
+		if code := get(); code != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401 (the apiserver refuses the token)", code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 2 || !strings.Contains(lines[0], "Cannot validate service-account tokens") || !strings.Contains(lines[1], "work again") {
+		t.Errorf("logged %d lines, want the outage once and the recovery once:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }

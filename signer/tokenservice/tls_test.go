@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"log"
 	"math/big"
 	"net/http"
 	"os"
@@ -154,3 +155,76 @@ func TestAHugeAuthorizationHeaderIsRefusedBeforeTheHandler(t *testing.T) {
 		t.Errorf("the reviewer was asked %d times", n)
 	}
 }
+
+// TestFailedTLSHandshakesAreLoggedOnceAtDefaultVerbosity: a plugin with
+// the wrong --ca-file fails the handshake on every pull; the token service
+// logs the first failure through its logger at the default verbosity and
+// the rest at -v=2, never through the standard library's log package
+// (which would be one unstructured line per pull).
+func TestFailedTLSHandshakesAreLoggedOnceAtDefaultVerbosity(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writePair(t, certFile, keyFile, "localhost")
+	var std strings.Builder
+	var stdMu sync.Mutex
+	log.SetOutput(writerFunc(func(p []byte) (int, error) { stdMu.Lock(); defer stdMu.Unlock(); return std.Write(p) }))
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{Verbosity: 2}))
+	certs, err := newCertReloader(ctx, certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop, err := serveTLS(ctx, "127.0.0.1:0", http.NotFoundHandler(), certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	const attempts = 5
+	for range attempts {
+		// The system roots do not hold the test certificate: the client
+		// aborts the handshake, as the plugin with a wrong --ca-file does.
+		if conn, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "localhost"}); err == nil {
+			conn.Close()
+			t.Fatal("handshake succeeded, want it refused by the client")
+		}
+	}
+	handshakeLines := func() (all, v0 int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range lines {
+			if strings.Contains(l, "TLS handshake") {
+				all++
+				if strings.Contains(l, `"level"=0`) {
+					v0++
+				}
+			}
+		}
+		return all, v0
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for all, _ := handshakeLines(); all < attempts; all, _ = handshakeLines() {
+		if time.Now().After(deadline) {
+			stdMu.Lock()
+			t.Fatalf("logged %d failed handshakes through the logger, want %d; standard log got:\n%s", all, attempts, std.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, v0 := handshakeLines(); v0 != 1 {
+		t.Errorf("%d failed handshakes logged at the default verbosity, want 1 (lines %q)", v0, lines)
+	}
+	stdMu.Lock()
+	defer stdMu.Unlock()
+	if std.Len() != 0 {
+		t.Errorf("the standard log package got %q, want nothing", std.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

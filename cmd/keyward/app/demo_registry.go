@@ -3,17 +3,11 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +26,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	registrycredentials "github.com/keyward/keyward/deploy/examples/registry-credentials"
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/internal/servingcert"
 	"github.com/keyward/keyward/internal/softhsm"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -127,10 +122,13 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	if err != nil {
 		return stop, err
 	}
-	certFile, keyFile, caFile, caPool, err := writeDemoServingCert(e.dir)
+	// The token service's TLS pair for 127.0.0.1; in a cluster it comes
+	// from your usual issuer (docs/registry-credentials.md).
+	serving, err := servingcert.Write(e.dir, "token-service")
 	if err != nil {
 		return stop, err
 	}
+	certFile, keyFile, caFile, caPool := serving.CertFile, serving.KeyFile, serving.CAFile, serving.Pool
 	saCfg, err := e.cp.ServiceAccountConfig("keyward", "keyward-token-service")
 	if err != nil {
 		return stop, err
@@ -394,6 +392,9 @@ func runDemoPlugin(ctx context.Context, plugin []string, url, caFile, image, saT
 	if !ok {
 		return "", "", "", fmt.Errorf("keyward credential-provider answered no credential for %s: %s", host, stdout.String())
 	}
+	if a.Password != saToken {
+		return "", "", "", fmt.Errorf("keyward credential-provider answered for %s a password that is not the pod's service-account token", host)
+	}
 	shown = fmt.Sprintf("auth[%s] = {username: %q, password: <the service-account token, %d bytes>}, cacheKeyType %s, cacheDuration %s",
 		host, a.Username, len(a.Password), resp.CacheKeyType, resp.CacheDuration)
 	return a.Username, a.Password, shown, nil
@@ -422,61 +423,4 @@ func freeLoopbackAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// writeDemoServingCert makes the token service's TLS certificate for
-// 127.0.0.1 under a throwaway CA, written into dir; in a cluster it comes
-// from your usual issuer (docs/registry-credentials.md).
-func writeDemoServingCert(dir string) (certFile, keyFile, caFile string, pool *x509.CertPool, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "keyward demo token service CA"},
-		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "keyward demo token service"},
-		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}, ca, key.Public(), caKey)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	write := func(name, typ string, b []byte) (string, error) {
-		p := filepath.Join(dir, name)
-		return p, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600)
-	}
-	if caFile, err = write("token-service-ca.crt", "CERTIFICATE", caDER); err != nil {
-		return "", "", "", nil, err
-	}
-	if certFile, err = write("token-service.crt", "CERTIFICATE", der); err != nil {
-		return "", "", "", nil, err
-	}
-	if keyFile, err = write("token-service.key", "PRIVATE KEY", keyDER); err != nil {
-		return "", "", "", nil, err
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(ca)
-	return certFile, keyFile, caFile, pool, nil
 }

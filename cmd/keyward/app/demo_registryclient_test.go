@@ -112,3 +112,14 @@ func TestTheDemoRegistryClientTalksToTheRealRegistry(t *testing.T) {
 		t.Fatalf("pull with a token granting nothing: %+v, %v; want 401 insufficient_scope", st, err)
 	}
 }
+
+// The demo prints the plugin's password as "the service-account token": it
+// must check that it is.
+func TestRunDemoPluginChecksThePasswordIsTheToken(t *testing.T) {
+	answer := `{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Image","cacheDuration":"5m0s","auth":{"registry.example:5000":{"username":"keyward","password":"something-else"}}}`
+	plugin := []string{"/bin/sh", "-c", "cat >/dev/null; printf '%s' '" + answer + "'", "sh"}
+	_, _, _, err := runDemoPlugin(t.Context(), plugin, "https://ts.example", "/dev/null", "registry.example:5000/shop/hello", "the.sa.token")
+	if err == nil {
+		t.Fatal("runDemoPlugin accepted a password that is not the service-account token")
+	}
+}
