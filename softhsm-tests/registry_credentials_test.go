@@ -3,12 +3,8 @@ package softhsmtests
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -16,8 +12,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,6 +32,7 @@ import (
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/internal/kmstest"
+	"github.com/keyward/keyward/internal/servingcert"
 	"github.com/keyward/keyward/internal/testregistry"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	signerconfig "github.com/keyward/keyward/signer/config"
@@ -94,11 +89,15 @@ func newRegistryEnv(t *testing.T, ctx context.Context, keyURI string, opts all.O
 	// The registry first (the token service's configuration names its
 	// host), with its realm set by a restart once the token service runs.
 	e.reg = testregistry.Start(t, testregistry.Options{})
-	certFile, keyFile := e.servingCertificate()
+	serving, err := servingcert.Write(e.t.TempDir(), "token-service")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	certFile, keyFile := serving.CertFile, serving.KeyFile
+	e.caFile, e.pool = serving.CAFile, serving.Pool
 
 	e.node = uniqueName(t, "node")
 	ns := uniqueName(t, "ns")
-	var err error
 	for _, w := range []struct {
 		into    **controlplane.WorkloadObjects
 		sa, pod string
@@ -182,59 +181,6 @@ func (e *registryEnv) restartRegistry(want [][]byte) {
 		e.t.Fatalf("keyward trust bundle wrote %d roots, not the %d of the live ClusterTrustBundle", len(certs), len(want))
 	}
 	e.reg.Restart(e.t, testregistry.Options{Realm: e.tokenURL + "/token", RootCerts: certs})
-}
-
-// servingCertificate makes a CA and a serving certificate for 127.0.0.1
-// signed by it; it returns the certificate's and key's files.
-func (e *registryEnv) servingCertificate() (string, string) {
-	e.t.Helper()
-	dir := e.t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "token service test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "keyward token service"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}, ca, key.Public(), caKey)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			e.t.Fatal(err)
-		}
-		return p
-	}
-	e.caFile = write("ca.crt", "CERTIFICATE", caDER)
-	e.pool = x509.NewCertPool()
-	e.pool.AddCert(ca)
-	return write("tls.crt", "CERTIFICATE", der), write("tls.key", "PRIVATE KEY", keyDER)
 }
 
 // allowNodeAudience applies the shipped node RBAC
