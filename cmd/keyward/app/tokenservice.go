@@ -75,7 +75,7 @@ docs/token-service-config.yaml. Manifests: deploy/examples/registry-credentials/
 	cmd.Flags().StringVar(&o.checkConfig, "check-config", "", "validate this TokenServiceConfiguration file and exit")
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the file's kubeClient.kubeconfig, else in-cluster)")
 	cmd.Flags().StringVar(&o.identity, "identity", "", "this replica's name in the leader Lease (default: hostname)")
-	cmd.Flags().StringSliceVar(&o.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: SoftHSM2's usual paths)")
+	cmd.Flags().StringSliceVar(&o.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths; replaces the file's backends.pkcs11.allowedModules (default: those, else SoftHSM2's usual paths)")
 	return cmd
 }
 
