@@ -40,7 +40,9 @@ pod's service account may pull the image and answers on stdout with that token a
 password for the image's registry host; the registry's token realm checks it again on
 every pull. On any error nothing is written to stdout, one line goes to stderr and the
 exit code is 1. Needs tokenAttributes.cacheType: Token in the kubelet config
-(deploy/examples/registry-credentials/kubelet-credential-provider-config.yaml).`,
+(deploy/examples/registry-credentials/kubelet-credential-provider-config.yaml).
+
+Setup, and what each error line means: docs/registry-credentials.md (sections 3 and 9).`,
 		// Every error, flag errors included, is reported as the one line
 		// kubelet expects, by the command itself.
 		SilenceErrors: true,
