@@ -312,6 +312,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 
 	auth, gen, err := s.o.Issuer.Current()
 	if err != nil {
+		s.cannotSign(ctx, err, "no generation's key can sign", "")
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable",
 			message: "no token-signing key can sign now: " + err.Error()})
 		return
@@ -329,7 +330,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	// Recorded before the signature: a token may not outlive what the
 	// cluster knows this generation may have signed.
 	if err := s.o.Issuer.Reserve(ctx, gen, exp); err != nil {
-		logger.V(2).Info("Cannot reserve the token's lifetime; not signing", "err", err, "generation", gen)
+		s.cannotSign(ctx, err, "the token's lifetime cannot be reserved", gen)
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable",
 			message: "cannot sign now: " + err.Error()})
 		return
@@ -356,11 +357,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	if err != nil {
 		s.o.Metrics.signingError()
-		if s.signFailing.CompareAndSwap(false, true) {
-			logger.Error(err, "Signing registry tokens fails; every token request is answered 503 until a signature succeeds (logged once)", "generation", gen, "service", tr.service)
-		} else {
-			logger.V(2).Info("Signing a registry token failed", "err", err, "generation", gen, "service", tr.service)
-		}
+		s.cannotSign(ctx, err, "the signature failed", gen)
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable",
 			message: "signing the token failed; try again"})
 		return
@@ -385,6 +382,19 @@ type reviewAnswer struct {
 	code, oauth string // /token
 	credCode    string // /v1/credential
 	message     string
+}
+
+// cannotSign logs, at default verbosity, the first of a run of requests
+// answered 503 because no token could be signed (no Active generation, the
+// reservation not recorded, the signature failed), and the rest at V(2);
+// the first token signed after it logs the recovery.
+func (s *Server) cannotSign(ctx context.Context, err error, why, gen string) {
+	logger := klog.FromContext(ctx)
+	if s.signFailing.CompareAndSwap(false, true) {
+		logger.Error(err, "Registry tokens cannot be signed; every token request is answered 503 until one is (logged once)", "why", why, "generation", gen)
+		return
+	}
+	logger.V(2).Info("Cannot sign a registry token", "why", why, "err", err, "generation", gen)
 }
 
 // reviewed logs, at default verbosity, when reviews start failing for a

@@ -755,3 +755,42 @@ func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
 		t.Errorf("logged %d lines, want the outage once and the recovery once:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }
+
+// TestNoKeyThatCanSignIsLoggedOnce: with no Active generation (e.g. no
+// replica has led long enough), every request is answered 503 and the
+// first is logged at default verbosity, once, then the recovery.
+func TestNoKeyThatCanSignIsLoggedOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	get := func() int {
+		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic(pullerToken))
+		return f.do(r.WithContext(ctx)).Code
+	}
+	f.issuer.err = fmt.Errorf("%w: lastIssuedNotAfter not recorded", issuer.ErrUnavailable)
+	for range 5 {
+		if code := get(); code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want 503", code)
+		}
+	}
+	f.issuer.err = nil
+	if code := get(); code != http.StatusOK {
+		t.Fatalf("status %d, want 200", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var other []string
+	for _, l := range lines {
+		if !strings.Contains(l, "Registry token granted") {
+			other = append(other, l)
+		}
+	}
+	if len(other) != 2 || !strings.Contains(other[0], "cannot be signed") || !strings.Contains(other[1], "works again") {
+		t.Errorf("logged %d lines besides the audit of grants, want the failure once and the recovery once:\n%s", len(other), strings.Join(other, "\n"))
+	}
+}
