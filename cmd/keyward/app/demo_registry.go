@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -70,10 +71,15 @@ type demoRegistryEnv struct {
 // it started (the token service and the registry).
 func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err error) {
 	var stops []func()
+	var once sync.Once
+	// stop may be called twice (here on an error, and by the caller's
+	// defer): only the first call stops anything.
 	stop = func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
+		once.Do(func() {
+			for i := len(stops) - 1; i >= 0; i-- {
+				stops[i]()
+			}
+		})
 	}
 	defer func() {
 		if err != nil {

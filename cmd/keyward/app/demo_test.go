@@ -19,7 +19,7 @@ func TestDemoOnce(t *testing.T) {
 		t.Skip("starts kube-apiserver")
 	}
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	t.Setenv(runAsKeyward, "1") // for the plugin, run as a child
