@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -194,12 +195,15 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 
 	// The registry trusts the live bundle of the token signer name, as a
 	// file: Distribution reads its rootcertbundle once, at start.
-	roots, err := kubeletView(ctx, e.cp.AdminClient(), demoTokenSigner, "live")
-	if err != nil {
-		return stop, err
-	}
-	if len(roots) == 0 {
-		return stop, fmt.Errorf("the live ClusterTrustBundle of %s is empty", demoTokenSigner)
+	// The trust publisher writes the bundle beside the status that shows
+	// the generation Active: wait until it holds the root.
+	var roots []*x509.Certificate
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, demoWait, true, func(ctx context.Context) (bool, error) {
+		roots, last = kubeletView(ctx, e.cp.AdminClient(), demoTokenSigner, "live")
+		return last == nil && len(roots) > 0, nil
+	}); err != nil {
+		return stop, fmt.Errorf("waiting for the live ClusterTrustBundle of %s to hold its root: %w (last read: %v)", demoTokenSigner, err, last)
 	}
 	rootFile := filepath.Join(e.dir, "registry-roots.pem")
 	var pemRoots bytes.Buffer
