@@ -20,6 +20,16 @@ import (
 // ApplyManifest server-side-applies every object of a multi-document YAML
 // manifest, in order, with the field manager "keyward-test".
 func ApplyManifest(ctx context.Context, cfg *rest.Config, manifest []byte) error {
+	return applyManifest(ctx, cfg, manifest, nil)
+}
+
+// DryRunManifest is ApplyManifest with dryRun=All: the apiserver decodes,
+// defaults, validates and admits every object and stores nothing.
+func DryRunManifest(ctx context.Context, cfg *rest.Config, manifest []byte) error {
+	return applyManifest(ctx, cfg, manifest, []string{metav1.DryRunAll})
+}
+
+func applyManifest(ctx context.Context, cfg *rest.Config, manifest []byte, dryRun []string) error {
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -50,7 +60,7 @@ func ApplyManifest(ctx context.Context, cfg *rest.Config, manifest []byte) error
 		if ns := obj.GetNamespace(); ns != "" {
 			ri = dyn.Resource(m.Resource).Namespace(ns)
 		}
-		if _, err := ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "keyward-test", Force: true}); err != nil {
+		if _, err := ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "keyward-test", Force: true, DryRun: dryRun}); err != nil {
 			return fmt.Errorf("applying %s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 	}

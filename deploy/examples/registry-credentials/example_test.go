@@ -44,17 +44,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	kubeletv1 "k8s.io/kubelet/config/v1"
 	"sigs.k8s.io/yaml"
 
@@ -528,7 +522,7 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := read(t, "token-service.yaml")
-	if err := dryRunApply(ctx, cp.AdminConfig(), manifest); err != nil {
+	if err := controlplane.DryRunManifest(ctx, cp.AdminConfig(), manifest); err != nil {
 		t.Fatalf("server-side dry run: %v", err)
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
@@ -646,46 +640,6 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 		Spec: authnv1.TokenReviewSpec{Token: "not-a-token", Audiences: []string{"keyward.dev/registry"}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("creating a TokenReview: %v", err)
-	}
-}
-
-// dryRunApply server-side-applies every object of manifest with
-// dryRun=All: the apiserver decodes, defaults, validates and admits each
-// one and stores nothing.
-func dryRunApply(ctx context.Context, cfg *rest.Config, manifest []byte) error {
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return err
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if ns := obj.GetNamespace(); ns != "" {
-			ri = dyn.Resource(m.Resource).Namespace(ns)
-		}
-		if _, err := ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "keyward-test", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
-			return errors.Join(errors.New(gvk.Kind+" "+obj.GetName()), err)
-		}
 	}
 }
 
