@@ -35,6 +35,7 @@ import (
 	"github.com/keyward/keyward/internal/servingcert"
 	"github.com/keyward/keyward/internal/testregistry"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/signer"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/registrytoken"
 	"github.com/keyward/keyward/signer/tokenservice"
@@ -877,48 +878,75 @@ func leaderElectionOff() signerconfig.LeaderElection {
 // returns the HTTPS endpoint's address.
 func startTokenService(t *testing.T, cfg *tsconfig.TokenServiceConfiguration, opts all.Options) string {
 	t.Helper()
+	return runTokenService(t, cfg, opts, inProcessTokenService{
+		identity: "token-service-0", alsoLead: app.TokenServiceCompanions(cfg), verbosity: 2,
+	})
+}
+
+// inProcessTokenService is how runTokenService runs the token service.
+type inProcessTokenService struct {
+	identity  string
+	alsoLead  []signer.Companion
+	verbosity int
+	// logTail, if positive, is how many of the log's last lines a failed
+	// test shows; otherwise it shows the whole log.
+	logTail int
+}
+
+// runTokenService runs the token service in this process with cfg and
+// backends built with opts until tb ends, logging to a file that a failed
+// tb shows; it returns the HTTPS endpoint's address.
+func runTokenService(tb testing.TB, cfg *tsconfig.TokenServiceConfiguration, opts all.Options, how inProcessTokenService) string {
+	tb.Helper()
 	reg, err := all.NewRegistry(opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "token-service.log")
+	logPath := filepath.Join(tb.TempDir(), "token-service.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2)))
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(how.verbosity)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
 	addrs := make(chan string, 1)
 	go func() {
-		done <- tokenservice.Run(ctx, tokenservice.Options{Config: cfg, Backends: reg, Identity: "token-service-0",
-			AlsoLead: app.TokenServiceCompanions(cfg),
+		done <- tokenservice.Run(ctx, tokenservice.Options{Config: cfg, Backends: reg, Identity: how.identity,
+			AlsoLead: how.alsoLead,
 			Ready:    func(listen, _, _ string) { addrs <- listen }})
 	}()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("the token service stopped: %v", err)
+				tb.Errorf("the token service stopped: %v", err)
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("the token service did not stop within 30s")
+			tb.Errorf("the token service did not stop within 30s")
 		}
 		reg.Close()
 		logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("token service log:\n%s", b)
+		if !tb.Failed() {
+			return
 		}
+		log, _ := os.ReadFile(logPath)
+		if how.logTail <= 0 {
+			tb.Logf("token service log:\n%s", log)
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+		n := min(len(lines), how.logTail)
+		tb.Logf("token service log, last %d lines:\n%s", n, strings.Join(lines[len(lines)-n:], "\n"))
 	})
 	select {
 	case addr := <-addrs:
 		return addr
 	case err := <-done:
-		t.Fatalf("the token service did not start: %v", err)
+		tb.Fatalf("the token service did not start: %v", err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("the token service did not bind its listeners within 30s")
+		tb.Fatal("the token service did not bind its listeners within 30s")
 	}
 	return ""
 }

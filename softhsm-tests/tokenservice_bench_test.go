@@ -14,7 +14,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -29,8 +28,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
@@ -40,7 +37,6 @@ import (
 	"github.com/keyward/keyward/kubeclient"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/registrytoken"
-	"github.com/keyward/keyward/signer/tokenservice"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 )
 
@@ -313,51 +309,8 @@ func (e *tsBenchEnv) tokenServiceConfig(b *testing.B, signerName string, ttl *me
 // URL of the token endpoint.
 func startTSBenchService(b *testing.B, cfg *tsconfig.TokenServiceConfiguration, opts all.Options) string {
 	b.Helper()
-	reg, err := all.NewRegistry(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	logPath := filepath.Join(b.TempDir(), "token-service.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile)))
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	done := make(chan error, 1)
-	addrs := make(chan string, 1)
-	go func() {
-		done <- tokenservice.Run(ctx, tokenservice.Options{Config: cfg, Backends: reg, Identity: "token-service-bench",
-			Ready: func(listen, _, _ string) { addrs <- listen }})
-	}()
-	b.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				b.Errorf("the token service stopped: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			b.Errorf("the token service did not stop within 30s")
-		}
-		reg.Close()
-		logFile.Close()
-		if b.Failed() {
-			// The end only: every grant is an audit line.
-			log, _ := os.ReadFile(logPath)
-			lines := strings.Split(strings.TrimSpace(string(log)), "\n")
-			b.Logf("token service log, last %d lines:\n%s", min(len(lines), 20), strings.Join(lines[max(0, len(lines)-20):], "\n"))
-		}
-	})
-	select {
-	case addr := <-addrs:
-		return "https://" + addr
-	case err := <-done:
-		b.Fatalf("the token service did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		b.Fatal("the token service did not bind its listeners within 30s")
-	}
-	return ""
+	// The end of the log only: every grant is an audit line.
+	return "https://" + runTokenService(b, cfg, opts, inProcessTokenService{identity: "token-service-bench", logTail: 20})
 }
 
 // waitServing waits until the token service grants a token (its
