@@ -347,11 +347,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.keyID == config.KeyIdentifierX5C {
 		tok.Chain = auth.Chain()
-	} else if tok.KeyID, err = registrytoken.Thumbprint(auth.Certificate().PublicKey); err != nil {
-		s.o.Metrics.signingError()
-		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", message: err.Error()})
-		return
-	}
+	} // else Mint sets kid to the signing key's thumbprint
 	sctx, cancel := context.WithTimeout(ctx, signTimeout)
 	raw, err := registrytoken.Mint(sctx, auth.Signer(), tok)
 	cancel()
