@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -90,4 +91,20 @@ func CheckTypeMeta(apiVersion, kind, wantAPIVersion, wantKind string) field.Erro
 		errs = append(errs, field.Invalid(field.NewPath("kind"), kind, "must be "+wantKind))
 	}
 	return errs
+}
+
+// LoadFile reads the file at path and hands its content to parse. A read
+// error reads "reading <what> configuration: …"; parse's error is prefixed
+// with the path.
+func LoadFile[T any](path, what string, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return zero, fmt.Errorf("reading %s configuration: %w", what, err)
+	}
+	cfg, err := parse(data)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
 }

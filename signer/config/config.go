@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -277,15 +276,7 @@ const (
 
 // Load reads, strictly decodes, defaults and validates a configuration file.
 func Load(path string) (*SignerConfiguration, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading signer configuration: %w", err)
-	}
-	cfg, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
+	return strictyaml.LoadFile(path, "signer", Parse)
 }
 
 // Parse decodes (unknown and duplicate fields are errors that give the

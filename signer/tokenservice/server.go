@@ -308,7 +308,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		logger.V(2).Info("Dropped a scope that does not parse", "err", err, "namespace", id.Namespace, "sa", id.ServiceAccount)
 	}
 	granted, dropped := s.o.Policy.Grant(id, tr.service, scopes)
-	s.o.Metrics.scopes(countScopes(granted), len(dropped)+len(bad))
+	s.o.Metrics.scopes(len(granted), len(dropped)+len(bad))
 
 	auth, gen, err := s.o.Issuer.Current()
 	if err != nil {
@@ -347,11 +347,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.keyID == config.KeyIdentifierX5C {
 		tok.Chain = auth.Chain()
-	} else if tok.KeyID, err = registrytoken.Thumbprint(auth.Certificate().PublicKey); err != nil {
-		s.o.Metrics.signingError()
-		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", oauth: "temporarily_unavailable", message: err.Error()})
-		return
-	}
+	} // else Mint sets kid to the signing key's thumbprint
 	sctx, cancel := context.WithTimeout(ctx, signTimeout)
 	raw, err := registrytoken.Mint(sctx, auth.Signer(), tok)
 	cancel()
@@ -466,8 +462,6 @@ func (s *Server) hosts() string {
 	slices.Sort(out)
 	return strings.Join(out, ", ")
 }
-
-func countScopes(granted []registrytoken.Access) int { return len(granted) }
 
 func accessStrings(a []registrytoken.Access) []string {
 	out := make([]string, 0, len(a))

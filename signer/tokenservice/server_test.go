@@ -684,13 +684,7 @@ func TestASigningFailureIsLoggedOnceNotPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var lines []string
-	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{}))
+	ctx, logged := capturedLog(t)
 	get := func() int {
 		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic(pullerToken))
 		return f.do(r.WithContext(ctx)).Code
@@ -707,8 +701,7 @@ func TestASigningFailureIsLoggedOnceNotPerRequest(t *testing.T) {
 			t.Fatalf("status %d, want 200", code)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	lines := logged()
 	var other []string
 	for _, l := range lines {
 		if !strings.Contains(l, "Registry token granted") {
@@ -726,13 +719,7 @@ func TestASigningFailureIsLoggedOnceNotPerRequest(t *testing.T) {
 // works again (a refusal counts: the apiserver answered).
 func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
 	f := newFixture(t, nil)
-	var mu sync.Mutex
-	var lines []string
-	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{}))
+	ctx, logged := capturedLog(t)
 	get := func() int {
 		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic("unknown"))
 		return f.do(r.WithContext(ctx)).Code
@@ -749,8 +736,7 @@ func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
 			t.Fatalf("status %d, want 401 (the apiserver refuses the token)", code)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	lines := logged()
 	if len(lines) != 2 || !strings.Contains(lines[0], "Cannot validate service-account tokens") || !strings.Contains(lines[1], "work again") {
 		t.Errorf("logged %d lines, want the outage once and the recovery once:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -761,13 +747,7 @@ func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
 // first is logged at default verbosity, once, then the recovery.
 func TestNoKeyThatCanSignIsLoggedOnce(t *testing.T) {
 	f := newFixture(t, nil)
-	var mu sync.Mutex
-	var lines []string
-	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{}))
+	ctx, logged := capturedLog(t)
 	get := func() int {
 		r := tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic(pullerToken))
 		return f.do(r.WithContext(ctx)).Code
@@ -782,8 +762,7 @@ func TestNoKeyThatCanSignIsLoggedOnce(t *testing.T) {
 	if code := get(); code != http.StatusOK {
 		t.Fatalf("status %d, want 200", code)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	lines := logged()
 	var other []string
 	for _, l := range lines {
 		if !strings.Contains(l, "Registry token granted") {
@@ -792,5 +771,22 @@ func TestNoKeyThatCanSignIsLoggedOnce(t *testing.T) {
 	}
 	if len(other) != 2 || !strings.Contains(other[0], "cannot be signed") || !strings.Contains(other[1], "works again") {
 		t.Errorf("logged %d lines besides the audit of grants, want the failure once and the recovery once:\n%s", len(other), strings.Join(other, "\n"))
+	}
+}
+
+// capturedLog returns a context whose logger records each line's key/value
+// text, and a function that returns the lines recorded so far.
+func capturedLog(t *testing.T) (context.Context, func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	ctx := klog.NewContext(t.Context(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,15 +36,7 @@ const (
 
 // Load reads, strictly decodes, defaults and validates a configuration file.
 func Load(path string) (*TokenServiceConfiguration, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading token service configuration: %w", err)
-	}
-	cfg, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
+	return strictyaml.LoadFile(path, "token service", Parse)
 }
 
 // Parse decodes data (unknown and duplicate fields are errors that give the
