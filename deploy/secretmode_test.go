@@ -14,7 +14,7 @@ import (
 // leaves Secret files root's unless the pod sets fsGroup (then group-owned)
 // or the mode lets others read (k8s.io/kubernetes pkg/volume SetVolumeOwnership).
 func TestBaseDeploymentsCanReadTheirSecrets(t *testing.T) {
-	files, err := fs.Glob(Base, "base/*.yaml")
+	files, err := fs.Glob(Base, "kustomize/base/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,6 @@ func TestBaseDeploymentsCanReadTheirSecrets(t *testing.T) {
 		}
 	}
 	if seen == 0 {
-		t.Fatal("no Secret volume found in deploy/base: the test checks nothing")
+		t.Fatal("no Secret volume found in deploy/kustomize/base: the test checks nothing")
 	}
 }

@@ -34,16 +34,16 @@ import (
 
 const approverServiceAccount = "keyward-approver"
 
-// installApproverRBAC applies deploy/base/approver-rbac.yaml (the shipped
+// installApproverRBAC applies deploy/kustomize/base/approver-rbac.yaml (the shipped
 // file, unchanged).
 func installApproverRBAC(t *testing.T, ctx context.Context) {
 	t.Helper()
-	manifest, err := deploy.Base.ReadFile("base/approver-rbac.yaml")
+	manifest, err := deploy.Base.ReadFile("kustomize/base/approver-rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		t.Fatalf("applying deploy/base/approver-rbac.yaml: %v", err)
+		t.Fatalf("applying deploy/kustomize/base/approver-rbac.yaml: %v", err)
 	}
 }
 
@@ -423,7 +423,7 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 // no HSM token or PIN.
 func TestApproverDeploymentApplies(t *testing.T) {
 	ctx := testContext(t)
-	for _, f := range []string{"base/signer.yaml", "base/approver-rbac.yaml", "base/approver.yaml"} {
+	for _, f := range []string{"kustomize/base/signer.yaml", "kustomize/base/approver-rbac.yaml", "kustomize/base/approver.yaml"} {
 		manifest, err := deploy.Base.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

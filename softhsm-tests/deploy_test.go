@@ -15,12 +15,12 @@ import (
 // configuration in the ConfigMap passes keyward's own validation.
 func TestDeployManifestsApplyAndConfigValidates(t *testing.T) {
 	ctx := testContext(t)
-	manifest, err := deploy.Base.ReadFile("base/signer.yaml")
+	manifest, err := deploy.Base.ReadFile("kustomize/base/signer.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		t.Fatalf("applying deploy/base/signer.yaml: %v", err)
+		t.Fatalf("applying deploy/kustomize/base/signer.yaml: %v", err)
 	}
 	var cm *corev1.ConfigMap
 	cm, err = cp.AdminClient().CoreV1().ConfigMaps("keyward").Get(ctx, "keyward-signer-config", metav1.GetOptions{})

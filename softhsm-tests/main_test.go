@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// The identity the shipped RBAC (deploy/base/rbac.yaml) binds.
+// The identity the shipped RBAC (deploy/kustomize/base/rbac.yaml) binds.
 const (
 	signerNamespace      = "keyward"
 	signerServiceAccount = "keyward-signer"
@@ -47,7 +47,7 @@ func run(m *testing.M) int {
 	}, func(c *controlplane.ControlPlane) error {
 		cp = c
 		if err := installRBAC(c); err != nil {
-			return fmt.Errorf("installing deploy/base RBAC: %w", err)
+			return fmt.Errorf("installing deploy/kustomize/base RBAC: %w", err)
 		}
 		// The token lives in the control plane's work dir, so it goes when
 		// the control plane does, also on interrupt.
@@ -63,7 +63,7 @@ func run(m *testing.M) int {
 func installRBAC(c *controlplane.ControlPlane) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	manifest, err := deploy.Base.ReadFile("base/rbac.yaml")
+	manifest, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,7 @@ func serviceAccountKubeconfig(t *testing.T, sa string) string {
 	return path
 }
 
-// The shipped RBAC (deploy/base/rbac.yaml) gives the signer's service
+// The shipped RBAC (deploy/kustomize/base/rbac.yaml) gives the signer's service
 // account what the PodCertificateRequest signer and the trust publisher
 // need (PodCertificateRequests, CertificateSigningRequests) and nothing
 // more; the

@@ -43,7 +43,7 @@ func (l *lockedBuffer) String() string {
 
 // The newcomer path: README → docs/approver.md → copy its custom-name
 // example (example.com/node-daemons) into the configuration, apply the
-// shipped deploy/base/approver-rbac.yaml (which grants `approve` on
+// shipped deploy/kustomize/base/approver-rbac.yaml (which grants `approve` on
 // keyward.dev/* and the kubelet names only) and run `keyward approver`.
 // Every approval is refused with 403; the approver retries with backoff up
 // to 1000 s, logs only at -v=2, and /readyz says ok: at default verbosity
@@ -52,7 +52,7 @@ func (l *lockedBuffer) String() string {
 // Fix: see signer/approver/review_test.go
 // (TestReviewForbiddenApprovalIsLoggedAtDefaultVerbosity): on a Forbidden
 // UpdateApproval, log at default verbosity naming the signer name and the
-// grant (`approve` on signers <name> or <domain>/*, deploy/base/
+// grant (`approve` on signers <name> or <domain>/*, deploy/kustomize/base/
 // approver-rbac.yaml); better still, check the grant at start with a
 // SelfSubjectAccessReview per signer name (as signer/pcr.PermissionGate
 // does for `sign`) and report it in the log and /readyz.

@@ -172,7 +172,7 @@ csrsigning controller). Before configuring keyward for one of them:
   ` + "`--kubelet-certificate-authority`" + ` for kubernetes.io/kubelet-serving;
 - grant the signer's ClusterRole ` + "`sign`" + ` on the name, and ` + "`attest`" + ` if the trust
   publisher runs in the signer (it publishes the name's ClusterTrustBundles);
-  the shipped role covers keyward.dev/* only, deploy/base/rbac.yaml has a
+  the shipped role covers keyward.dev/* only, deploy/kustomize/base/rbac.yaml has a
   commented example. The same holds for a custom name outside keyward.dev.
   Never grant the signer ` + "`approve`" + `: approving is the approver's, under its
   own identity.

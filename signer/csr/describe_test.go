@@ -42,7 +42,7 @@ func TestSignersDocMatchesTheExampleConfig(t *testing.T) {
 
 // Every signer name the shipped deployment serves is documented.
 func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
-	manifest, err := os.ReadFile("../../deploy/base/signer.yaml")
+	manifest, err := os.ReadFile("../../deploy/kustomize/base/signer.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
 	}
 	shipped, err := config.Parse([]byte(cm.Data["config.yaml"]))
 	if err != nil {
-		t.Fatalf("deploy/base/signer.yaml's configuration: %v", err)
+		t.Fatalf("deploy/kustomize/base/signer.yaml's configuration: %v", err)
 	}
 	cfg, err := config.Load(docConfig)
 	if err != nil {
@@ -66,7 +66,7 @@ func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
 	text := csr.DescribeSigners(cfg)
 	for _, s := range shipped.Signers {
 		if !strings.Contains(text, "## `"+s.Name+"`") {
-			t.Errorf("signer name %s of deploy/base/signer.yaml is not in %s", s.Name, docConfig)
+			t.Errorf("signer name %s of deploy/kustomize/base/signer.yaml is not in %s", s.Name, docConfig)
 		}
 	}
 	// Each name has all seven properties.

@@ -122,12 +122,12 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) error {
 		return fmt.Errorf("starting control plane: %w", err)
 	}
 	defer cp.Stop()
-	manifest, err := deploy.Base.ReadFile("base/rbac.yaml")
+	manifest, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
 	if err != nil {
 		return err
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		return fmt.Errorf("applying deploy/base/rbac.yaml: %w", err)
+		return fmt.Errorf("applying deploy/kustomize/base/rbac.yaml: %w", err)
 	}
 
 	admin := filepath.Join(dir, "admin.kubeconfig")

@@ -153,15 +153,15 @@ func requestDaemonCertificate(ctx context.Context, out io.Writer, cp *controlpla
 
 // startDemoApprover runs `keyward approver` on the demo's configuration as
 // its own service account (keyward/keyward-approver, the shipped
-// deploy/base/approver-rbac.yaml) until ctx ends; the returned function
+// deploy/kustomize/base/approver-rbac.yaml) until ctx ends; the returned function
 // stops it and waits.
 func startDemoApprover(ctx context.Context, out io.Writer, cp *controlplane.ControlPlane, cfg *config.SignerConfiguration, dir string) (func(), error) {
-	manifest, err := deploy.Base.ReadFile("base/approver-rbac.yaml")
+	manifest, err := deploy.Base.ReadFile("kustomize/base/approver-rbac.yaml")
 	if err != nil {
 		return nil, err
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		return nil, fmt.Errorf("applying deploy/base/approver-rbac.yaml: %w", err)
+		return nil, fmt.Errorf("applying deploy/kustomize/base/approver-rbac.yaml: %w", err)
 	}
 	saCfg, err := cp.ServiceAccountConfig("keyward", "keyward-approver")
 	if err != nil {

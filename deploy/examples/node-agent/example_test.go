@@ -339,7 +339,7 @@ func TestDocumentedSignerEntryAdmitsTheExample(t *testing.T) {
 	if !strings.Contains(string(doc), nodeDaemonsSigner) {
 		t.Errorf("docs/node-helper.md no longer holds the signer entry this test checks:\n%s", nodeDaemonsSigner)
 	}
-	data, err := deploy.Base.ReadFile("base/signer.yaml")
+	data, err := deploy.Base.ReadFile("kustomize/base/signer.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
