@@ -37,8 +37,16 @@ func Generated() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	rules, err := ParseRules(Rules)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := Reference(ms, rules)
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
-		MetricsDoc:         []byte(Reference(ms)),
+		MetricsDoc:         []byte(doc),
 		KustomizeRule:      KustomizePrometheusRule(Rules),
 		KustomizeDashboard: Dashboard,
 		HelmRuleTemplate:   HelmPrometheusRule(Rules),
@@ -88,8 +96,9 @@ func indent(s, prefix string) string {
 }
 
 // Reference is docs/metrics.md: every metric in ms with its type, labels,
-// the components that export it and its help text.
-func Reference(ms []Metric) string {
+// the components that export it and its help text, then every alert in
+// rules with the metrics it reads.
+func Reference(ms []Metric, rules []Rule) (string, error) {
 	var b strings.Builder
 	b.WriteString(metricsDocPreamble)
 	b.WriteString(`# Metrics reference
@@ -113,5 +122,26 @@ fails when it is stale.
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", m.Name, m.Type, labels, strings.Join(m.Components, ", "),
 			strings.ReplaceAll(m.Help, "|", `\|`))
 	}
-	return b.String()
+	b.WriteString(`
+## Alerts
+
+The PrometheusRule that the kustomize component and the chart ship
+(source: ` + "`deploy/observability/rules.yaml`" + `). Each alert's ` + "`runbook_url`" + ` points
+to its heading in [troubleshooting.md](troubleshooting.md).
+
+| Alert | Severity | For | Metrics it reads | Summary |
+|---|---|---|---|---|
+`)
+	for _, r := range rules {
+		if r.Alert == "" {
+			continue
+		}
+		names, err := MetricNames(r.Expr)
+		if err != nil {
+			return "", fmt.Errorf("alert %s: %w", r.Alert, err)
+		}
+		fmt.Fprintf(&b, "| [%s](troubleshooting.md#%s) | %s | %s | `%s` | %s |\n", r.Alert, strings.ToLower(r.Alert), r.Labels["severity"], r.For,
+			strings.Join(names, "`, `"), strings.ReplaceAll(r.Annotations["summary"], "|", `\|`))
+	}
+	return b.String(), nil
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/keyward/keyward/deploy/observability"
 	"github.com/prometheus/prometheus/promql/parser"
-	"sigs.k8s.io/yaml"
 )
 
 var update = flag.Bool("update", false, "write the generated files (make generate)")
@@ -49,36 +48,16 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	}
 }
 
-type ruleFile struct {
-	Groups []struct {
-		Name  string `json:"name"`
-		Rules []rule `json:"rules"`
-	} `json:"groups"`
-}
-
-type rule struct {
-	Alert       string            `json:"alert"`
-	Record      string            `json:"record"`
-	Expr        string            `json:"expr"`
-	For         string            `json:"for"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
-}
-
-func loadRules(t *testing.T) []rule {
+func loadRules(t *testing.T) []observability.Rule {
 	t.Helper()
-	var f ruleFile
-	if err := yaml.UnmarshalStrict(observability.Rules, &f); err != nil {
-		t.Fatalf("reading rules.yaml: %v", err)
+	rules, err := observability.ParseRules(observability.Rules)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var out []rule
-	for _, g := range f.Groups {
-		out = append(out, g.Rules...)
-	}
-	if len(out) == 0 {
+	if len(rules) == 0 {
 		t.Fatal("rules.yaml has no rules")
 	}
-	return out
+	return rules
 }
 
 type dashboard struct {
@@ -142,7 +121,7 @@ func TestExpressionsParseAndUseKnownMetrics(t *testing.T) {
 	series := inventorySeries(t)
 	for _, e := range expressions(t) {
 		t.Run(e.where, func(t *testing.T) {
-			expr, err := parser.NewParser(parser.Options{}).ParseExpr(e.expr)
+			expr, err := observability.ParseExpr(e.expr)
 			if err != nil {
 				t.Fatalf("%s: %v", e.expr, err)
 			}
@@ -221,7 +200,7 @@ func TestExpressionChecksCatchMisuse(t *testing.T) {
 		{"histogram_quantile over a histogram's _count is refused", `histogram_quantile(0.9, rate(keyward_pcr_latency_seconds_count[5m]))`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			expr, err := parser.NewParser(parser.Options{}).ParseExpr(tc.expr)
+			expr, err := observability.ParseExpr(tc.expr)
 			if err != nil {
 				t.Fatal(err)
 			}
