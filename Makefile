@@ -46,6 +46,17 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# promtool is pinned in hack/promtool, a module of its own (`go install
+# …/promtool@version` refuses Prometheus's go.mod, which has replace
+# directives); deploy/observability's tests run it (KEYWARD_PROMTOOL).
+PROMTOOL := bin/promtool
+export KEYWARD_PROMTOOL := $(CURDIR)/$(PROMTOOL)
+
+$(PROMTOOL): hack/promtool/go.mod hack/promtool/go.sum
+	@mkdir -p bin
+	@echo "building promtool into bin/ (a few minutes the first time)"
+	cd hack/promtool && $(GO) build -o ../../$(PROMTOOL) github.com/prometheus/prometheus/cmd/promtool
+
 generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority, and docs/signers.md
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
