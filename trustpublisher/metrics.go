@@ -20,6 +20,7 @@ type metrics struct {
 	gateSeconds *prometheus.GaugeVec
 	caNotAfter  *prometheus.GaugeVec
 	leadTime    *prometheus.GaugeVec
+	held        *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	signers map[string]string // Authority name → signer name
@@ -47,12 +48,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "keyward_trust_rotation_lead_time_seconds",
 			Help: "How long before the Active CA's notAfter a rotation must start: canarySoak + propagationWindow + the time until the latest leaf signed by the Active generation expires.",
 		}, []string{"signer"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_step_held_seconds",
+			Help: "Seconds a generation has sat in its observed phase while a gate holds it from the phase its spec asks for, by the gate that holds it now, as of the latest sync.",
+		}, []string{"signer", "generation", "phase", "gate"}),
 		signers: map[string]string{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, v := range []**prometheus.GaugeVec{&m.phase, &m.bundleGen, &m.gateSeconds, &m.caNotAfter, &m.leadTime} {
+	for _, v := range []**prometheus.GaugeVec{&m.phase, &m.bundleGen, &m.gateSeconds, &m.caNotAfter, &m.leadTime, &m.held} {
 		err := reg.Register(*v)
 		var are prometheus.AlreadyRegisteredError
 		switch {
@@ -88,9 +93,18 @@ func (m *metrics) observe(a *v1alpha1.Authority, parsed parsedGenerations, plan 
 			m.phase.WithLabelValues(signer, g.Name, string(p)).Set(v)
 		}
 	}
+	since := map[string]time.Time{}
+	for _, g := range a.Status.Generations {
+		if g.Since != nil {
+			since[g.Name] = g.Since.Time
+		}
+	}
 	for _, s := range plan.Steps {
 		if s.Gate != "" && s.OpensAt != nil {
 			m.gateSeconds.WithLabelValues(signer, s.Generation, s.Gate).Set(s.OpensAt.Sub(now).Seconds())
+		}
+		if t, ok := since[s.Generation]; ok && s.Gate != "" && !s.Moves() {
+			m.held.WithLabelValues(signer, s.Generation, string(s.Observed), s.Gate).Set(now.Sub(t).Seconds())
 		}
 	}
 	for _, g := range a.Spec.Generations {
@@ -113,6 +127,7 @@ func (m *metrics) clear(signer string) {
 	m.gateSeconds.DeletePartialMatch(l)
 	m.caNotAfter.DeletePartialMatch(l)
 	m.leadTime.DeletePartialMatch(l)
+	m.held.DeletePartialMatch(l)
 }
 
 // rotationLeadTime is the shortest time a rotation takes before the old

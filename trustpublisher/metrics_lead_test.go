@@ -1,6 +1,8 @@
 package trustpublisher
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,5 +58,52 @@ func TestRotationLeadTimeGauge(t *testing.T) {
 				t.Errorf("lead time %vs, want %vs", got.GetGauge().GetValue(), tc.want.Seconds())
 			}
 		})
+	}
+}
+
+// keyward_trust_step_held_seconds is what the stuck-rotation alert reads:
+// how long a generation has sat in its phase while a gate holds it.
+func TestStepHeldGauge(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	a := &v1alpha1.Authority{
+		ObjectMeta: metav1.ObjectMeta{Name: "a"},
+		Spec:       v1alpha1.AuthoritySpec{SignerName: "keyward.dev/x"},
+		Status: v1alpha1.AuthorityStatus{Generations: []v1alpha1.GenerationStatus{
+			{Name: "g1", Phase: v1alpha1.PhaseActive, Since: &metav1.Time{Time: now.Add(-90 * 24 * time.Hour)}},
+			{Name: "g2", Phase: v1alpha1.PhaseStaged, Since: &metav1.Time{Time: now.Add(-3 * time.Hour)}},
+			{Name: "g3", Phase: v1alpha1.PhaseStaged, Since: &metav1.Time{Time: now.Add(-2 * time.Hour)}},
+		}},
+	}
+	plan := Plan{Steps: []Step{
+		{Generation: "g1", Observed: v1alpha1.PhaseActive, Desired: v1alpha1.PhaseActive, Next: v1alpha1.PhaseActive},
+		{Generation: "g2", Observed: v1alpha1.PhaseStaged, Desired: v1alpha1.PhaseActive, Next: v1alpha1.PhaseStaged, Gate: v1alpha1.GateCanaryHealth},
+		{Generation: "g3", Observed: v1alpha1.PhaseStaged, Desired: v1alpha1.PhasePromoted, Next: v1alpha1.PhasePromoted},
+	}}
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.observe(a, parsedGenerations{}, plan, nil, nil, now)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range families {
+		if f.GetName() != "keyward_trust_step_held_seconds" {
+			continue
+		}
+		for _, s := range f.Metric {
+			l := map[string]string{}
+			for _, p := range s.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			got = append(got, fmt.Sprintf("%s %s %s %v", l["generation"], l["phase"], l["gate"], s.GetGauge().GetValue()))
+		}
+	}
+	// g1 has arrived and g3 moves now: only g2 is held, for 3 hours.
+	if want := []string{"g2 Staged CanaryHealth 10800"}; !slices.Equal(got, want) {
+		t.Errorf("held series %q, want %q", got, want)
 	}
 }
