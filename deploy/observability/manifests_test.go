@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/deploy/observability"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/promcrds"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 )
 
 // tool finds a CLI that `make tools` installs: env (an absolute path the
@@ -185,6 +188,23 @@ func TestMonitoringManifestsPassServerSideDryRun(t *testing.T) {
 		for _, k := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} {
 			if got[k] != 1 {
 				t.Errorf("%s renders %d %s, want 1", r.name, got[k], k)
+			}
+		}
+	}
+	// What reaches the cluster is rules.yaml itself: Helm's escaping of the
+	// alert templates gives back the source, and nothing is lost on the way.
+	var want map[string]any
+	if err := yaml.Unmarshal(observability.Rules, &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rendered {
+		for _, o := range objects(t, r.manifest) {
+			if o.GetKind() != "PrometheusRule" {
+				continue
+			}
+			got, _, _ := unstructured.NestedMap(o.Object, "spec")
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: the PrometheusRule's spec differs from rules.yaml", r.name)
 			}
 		}
 	}
