@@ -46,10 +46,11 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
-generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority, and docs/signers.md
+generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority, docs/signers.md and docs/configuration.md
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
+	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -58,6 +59,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -u kubeclient/authority/v1alpha1/zz_generated.deepcopy.go $$tmp/object/zz_generated.deepcopy.go && \
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
+	@$(GO) test ./internal/docgen -count=1 >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
 
 demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo
