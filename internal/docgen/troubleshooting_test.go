@@ -1,0 +1,69 @@
+package docgen
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"testing"
+)
+
+func readDoc(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestTroubleshootingHasEveryReason: alerts and users link to
+// docs/troubleshooting.md#<reason lowercased>, so each reason keyward
+// writes must have its heading.
+func TestTroubleshootingHasEveryReason(t *testing.T) {
+	reasons, err := Reasons(repoRoot, "signer", "trustpublisher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reasons) < 30 {
+		t.Fatalf("found only %d reasons in the source: the parser misses them", len(reasons))
+	}
+	anchors := Anchors(readDoc(t, "troubleshooting.md"))
+	for _, r := range reasons {
+		if !slices.Contains(anchors, anchor(r.Value)) {
+			t.Errorf("docs/troubleshooting.md has no heading %q (%s)", "### "+r.Value, r.Where)
+		}
+	}
+}
+
+var localLinkRE = regexp.MustCompile(`\]\(#([^)]+)\)`)
+
+func TestTroubleshootingLinksResolve(t *testing.T) {
+	doc := readDoc(t, "troubleshooting.md")
+	anchors := Anchors(doc)
+	for _, m := range localLinkRE.FindAllStringSubmatch(doc, -1) {
+		if !slices.Contains(anchors, m[1]) {
+			t.Errorf("link to #%s: no such heading", m[1])
+		}
+	}
+}
+
+func TestReasonsFindsConstantsAndLoggedReasons(t *testing.T) {
+	reasons, err := Reasons(repoRoot, "signer/tokenservice", "signer/pcr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PodGone", "NotGranted", "PermissionMissing", "InvalidProofOfPossession"} {
+		if !slices.ContainsFunc(reasons, func(r Reason) bool { return r.Value == want }) {
+			t.Errorf("Reasons did not find %q", want)
+		}
+	}
+}
+
+func TestAnchorsFollowGitHub(t *testing.T) {
+	got := Anchors("# A b\n```\n# not a heading\n```\n## Missing sign or attest grant\n### A b\n#### Authority conditions (trust publisher)\n")
+	want := []string{"a-b", "missing-sign-or-attest-grant", "a-b-1", "authority-conditions-trust-publisher"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Anchors = %v, want %v", got, want)
+	}
+}
