@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +66,35 @@ func TestAnchorsFollowGitHub(t *testing.T) {
 	want := []string{"a-b", "missing-sign-or-attest-grant", "a-b-1", "authority-conditions-trust-publisher"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Anchors = %v, want %v", got, want)
+	}
+}
+
+// The docs this package owns link to files and headings that exist.
+var mdLinkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+func TestOwnDocsLinksResolve(t *testing.T) {
+	own := []string{"README.md", "quickstart.md", "troubleshooting.md", "production/softhsm.md",
+		"production/pkcs11-hsm.md", "production/gcp-kms.md", "production/aws-kms.md"}
+	for _, name := range own {
+		doc := readDoc(t, name)
+		for _, m := range mdLinkRE.FindAllStringSubmatch(doc, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := filepath.Join(repoRoot, "docs", filepath.Dir(name), file)
+			if file == "" {
+				path = filepath.Join(repoRoot, "docs", name)
+			}
+			body, err := os.ReadFile(path)
+			if err != nil {
+				t.Errorf("docs/%s links to %s: %v", name, target, err)
+				continue
+			}
+			if frag != "" && !slices.Contains(Anchors(string(body)), frag) {
+				t.Errorf("docs/%s links to %s: no heading #%s there", name, target, frag)
+			}
+		}
 	}
 }
