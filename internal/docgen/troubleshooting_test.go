@@ -1,6 +1,8 @@
 package docgen
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -95,6 +97,28 @@ func TestOwnDocsLinksResolve(t *testing.T) {
 			if frag != "" && !slices.Contains(Anchors(string(body)), frag) {
 				t.Errorf("docs/%s links to %s: no heading #%s there", name, target, frag)
 			}
+		}
+	}
+}
+
+// Every alert of the monitoring rules has its heading: runbook_url is
+// docs/troubleshooting.md#<alert in lower case>.
+func TestTroubleshootingHasEveryAlert(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "observability", "rules.yaml"))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("deploy/observability/rules.yaml is not on this branch yet (the monitoring work adds it)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := regexp.MustCompile(`(?m)^\s*-?\s*alert:\s*(\S+)\s*$`).FindAllStringSubmatch(string(data), -1)
+	if len(alerts) == 0 {
+		t.Fatal("no alerts found in deploy/observability/rules.yaml")
+	}
+	anchors := Anchors(readDoc(t, "troubleshooting.md"))
+	for _, a := range alerts {
+		if !slices.Contains(anchors, strings.ToLower(a[1])) {
+			t.Errorf("docs/troubleshooting.md has no heading %q", "### "+a[1])
 		}
 	}
 }
