@@ -45,8 +45,11 @@ type Field struct {
 	Path    string // JSON path, lists as [], e.g. signers[].csr.keyUsages
 	Type    string // the YAML type a user writes
 	Default string // empty: none
-	Doc     string // the doc comment, markers removed, one paragraph
-	GoName  string // Package.Type.Field, for error messages
+	// Required: the JSON tag has no omitempty (or the field is marked
+	// +required), and the field is not marked +optional.
+	Required bool
+	Doc      string // the doc comment, markers removed, one paragraph
+	GoName   string // Package.Type.Field, for error messages
 }
 
 // Generator reads doc comments from the module's source tree.
@@ -59,6 +62,8 @@ type Generator struct {
 type fieldDoc struct {
 	text     string
 	defaults string // +kubebuilder:default= value
+	optional bool   // +optional
+	required bool   // +required
 }
 
 // New returns a Generator reading sources under the repository root dir.
@@ -127,6 +132,7 @@ func (g *Generator) walk(t reflect.Type, prefix string, def reflect.Value, out *
 			Doc:    fd.text,
 			GoName: fmt.Sprintf("%s.%s.%s", filepath.Base(t.PkgPath()), t.Name(), sf.Name),
 		}
+		f.Required = fd.required || !fd.optional && !strings.Contains(opts, "omitempty")
 		f.Default = fd.defaults
 		if f.Default == "" && fdef.IsValid() {
 			f.Default = defaultOf(fdef)
@@ -384,6 +390,8 @@ func parseDoc(groups ...*ast.CommentGroup) fieldDoc {
 				if v, ok := strings.CutPrefix(line, "+kubebuilder:default="); ok {
 					fd.defaults = strings.Trim(v, `"`)
 				}
+				fd.optional = fd.optional || line == "+optional"
+				fd.required = fd.required || line == "+required"
 				continue
 			}
 			if line != "" {
@@ -423,13 +431,17 @@ func (g *Generator) Render(header string, roots []Root) ([]byte, error) {
 			return nil, err
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", r.Title, strings.TrimSpace(r.Intro))
-		b.WriteString("| Field | Type | Default | Description |\n|---|---|---|---|\n")
+		b.WriteString("| Field | Type | Required | Default | Description |\n|---|---|---|---|---|\n")
 		for _, f := range fields {
 			def := ""
 			if f.Default != "" {
 				def = "`" + cell(f.Default) + "`"
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.Path, f.Type, def, cell(f.Doc))
+			req := ""
+			if f.Required {
+				req = "yes"
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", f.Path, f.Type, req, def, cell(f.Doc))
 		}
 	}
 	return b.Bytes(), nil

@@ -64,7 +64,7 @@ func TestFieldsWalksNestedTypesWithDocsAndDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Field{
-		{Path: "name", Type: "string", Default: "x", Doc: "Name is documented.", GoName: "sampletypes.Sample.Name"},
+		{Path: "name", Type: "string", Required: true, Default: "x", Doc: "Name is documented.", GoName: "sampletypes.Sample.Name"},
 		{Path: "bare", Type: "integer", GoName: "sampletypes.Sample.Bare"},
 		{Path: "inner", Type: "object", Doc: "Inner is a nested struct.", GoName: "sampletypes.Sample.Inner"},
 		{Path: "inner.mode", Type: "integer", Default: "0640", Doc: "file mode", GoName: "sampletypes.Inner.Mode"},

@@ -19,13 +19,14 @@ Every keyward configuration file is a versioned YAML document decoded
 strictly: an unknown or repeated field is an error that names the field's
 path (` + "`signers[2].backdate: Invalid value …`" + `). Durations use Go's
 form (` + "`90s`, `15m`, `24h`" + `). A default is what applies when the field is
-left out; a list path ends in ` + "`[]`" + ` for each item's fields.
+left out; a list path ends in ` + "`[]`" + ` for each item's fields. A
+required field must be set whenever the object holding it is.
 
 - [SignerConfiguration](#signerconfiguration): ` + "`keyward signer` and `keyward approver`" + `
   (ConfigMap ` + "`keyward-signer-config`" + `, key ` + "`config.yaml`" + `).
 - [TokenServiceConfiguration](#tokenserviceconfiguration): ` + "`keyward token-service`" + `
   (ConfigMap ` + "`keyward-token-service-config`" + `, key ` + "`config.yaml`" + `).
-- [NodeAgentConfiguration](#nodeagentconfiguration): ` + "`keyward node-agent`" + `
+- [NodeAgentConfiguration](#nodeagentconfiguration): ` + "`keyward node agent`" + `
   (ConfigMap ` + "`keyward-node-agent-config`" + `, key ` + "`agent.yaml`" + `).
 - [Authority](#authority): the cluster-scoped ` + "`authorities.keyward.dev`" + ` object
   holding each signer name's CA generations (docs/rotation.md).
@@ -59,7 +60,7 @@ func Roots() []Root {
 		{
 			Title: "NodeAgentConfiguration",
 			Intro: "`apiVersion: keyward.dev/v1alpha1`, `kind: NodeAgentConfiguration`. Read by " +
-				"`keyward node-agent --config` (docs/node-helper.md).",
+				"`keyward node agent --config` (docs/node-helper.md).",
 			Type: reflect.TypeFor[agent.Configuration](),
 			Defaulted: func(sk any) any {
 				c := sk.(*agent.Configuration)

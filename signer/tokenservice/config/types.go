@@ -54,8 +54,8 @@ type TokenServiceConfiguration struct {
 	// Listen is the HTTPS endpoint registries name as their token realm
 	// and the credential provider plugin calls.
 	Listen Listen `json:"listen"`
-	// MetricsAddress and HealthAddress serve /metrics and /healthz,
-	// /readyz (plain HTTP, as the signer's).
+	// MetricsAddress serves /metrics (default :9092; plain HTTP, as the
+	// signer's).
 	MetricsAddress string `json:"metricsAddress,omitempty"`
 	// HealthAddress serves /healthz and /readyz (default :9093).
 	HealthAddress string `json:"healthAddress,omitempty"`
@@ -95,7 +95,8 @@ type TokenServiceConfiguration struct {
 // Listen is the token endpoint's TLS listener. The certificate and key
 // files are read again when they change.
 type Listen struct {
-	Address string `json:"address,omitempty"` // default ":8443"
+	// Address is the host:port the endpoint listens on (default :8443).
+	Address string `json:"address,omitempty"`
 	// TLSCertFile is the serving certificate (PEM), e.g.
 	// /etc/keyward/tls/tls.crt.
 	TLSCertFile string `json:"tlsCertFile"`
