@@ -40,22 +40,14 @@ func Roots() []Root {
 			Intro: "`apiVersion: keyward.dev/v1alpha1`, `kind: SignerConfiguration`. Read by `keyward signer --config` " +
 				"and `keyward approver --config`; docs/signers.md explains the profiles and docs/backends.md the key URIs.",
 			Type: reflect.TypeFor[signerconfig.SignerConfiguration](),
-			Defaulted: func(sk any) any {
-				c := sk.(*signerconfig.SignerConfiguration)
-				c.Default()
-				return c
-			},
+			Defaulted: defaulting[signerconfig.SignerConfiguration](),
 		},
 		{
 			Title: "TokenServiceConfiguration",
 			Intro: "`apiVersion: keyward.dev/v1alpha1`, `kind: TokenServiceConfiguration`. Read by " +
 				"`keyward token-service --config` (docs/registry-credentials.md).",
 			Type: reflect.TypeFor[tsconfig.TokenServiceConfiguration](),
-			Defaulted: func(sk any) any {
-				c := sk.(*tsconfig.TokenServiceConfiguration)
-				c.Default()
-				return c
-			},
+			Defaulted: defaulting[tsconfig.TokenServiceConfiguration](),
 		},
 		{
 			Title: "NodeAgentConfiguration",
@@ -78,5 +70,18 @@ func Roots() []Root {
 			Prefix: "spec.",
 			Type:   reflect.TypeFor[v1alpha1.AuthoritySpec](),
 		},
+	}
+}
+
+// defaulting is a Root.Defaulted for a type whose Default method fills in
+// every unset field.
+func defaulting[T any, P interface {
+	*T
+	Default()
+}]() func(any) any {
+	return func(skeleton any) any {
+		c := skeleton.(P)
+		c.Default()
+		return c
 	}
 }
