@@ -39,14 +39,14 @@ func Roots() []Root {
 			Title: "SignerConfiguration",
 			Intro: "`apiVersion: keyward.dev/v1alpha1`, `kind: SignerConfiguration`. Read by `keyward signer --config` " +
 				"and `keyward approver --config`; docs/signers.md explains the profiles and docs/backends.md the key URIs.",
-			Type: reflect.TypeFor[signerconfig.SignerConfiguration](),
+			Type:      reflect.TypeFor[signerconfig.SignerConfiguration](),
 			Defaulted: defaulting[signerconfig.SignerConfiguration](),
 		},
 		{
 			Title: "TokenServiceConfiguration",
 			Intro: "`apiVersion: keyward.dev/v1alpha1`, `kind: TokenServiceConfiguration`. Read by " +
 				"`keyward token-service --config` (docs/registry-credentials.md).",
-			Type: reflect.TypeFor[tsconfig.TokenServiceConfiguration](),
+			Type:      reflect.TypeFor[tsconfig.TokenServiceConfiguration](),
 			Defaulted: defaulting[tsconfig.TokenServiceConfiguration](),
 		},
 		{
