@@ -57,11 +57,12 @@ $(PROMTOOL): hack/promtool/go.mod hack/promtool/go.sum
 	@echo "building promtool into bin/ (a few minutes the first time)"
 	cd hack/promtool && $(GO) build -o ../../$(PROMTOOL) github.com/prometheus/prometheus/cmd/promtool
 
-generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority, and docs/signers.md
+generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kubeclient/authority; docs/signers.md, docs/configuration.md, docs/metrics.md and the monitoring copies
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
 	$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent -update
+	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -71,6 +72,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 	@$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent >/dev/null || { echo "docs/metrics.md or the monitoring copies of deploy/observability are stale: run make generate"; exit 1; }
+	@$(GO) test ./internal/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
 
 demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo
