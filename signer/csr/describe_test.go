@@ -8,7 +8,6 @@ import (
 
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
-	"sigs.k8s.io/yaml"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/signers.md from docs/signers-config.yaml")
@@ -42,22 +41,9 @@ func TestSignersDocMatchesTheExampleConfig(t *testing.T) {
 
 // Every signer name the shipped deployment serves is documented.
 func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
-	manifest, err := os.ReadFile("../../deploy/kustomize/base/signer.yaml")
+	shipped, err := config.Load("../../deploy/kustomize/base/signer-config.yaml")
 	if err != nil {
-		t.Fatal(err)
-	}
-	var cm struct {
-		Kind string            `json:"kind"`
-		Data map[string]string `json:"data"`
-	}
-	for _, part := range strings.Split(string(manifest), "\n---\n") {
-		if err := yaml.Unmarshal([]byte(part), &cm); err == nil && cm.Kind == "ConfigMap" {
-			break
-		}
-	}
-	shipped, err := config.Parse([]byte(cm.Data["config.yaml"]))
-	if err != nil {
-		t.Fatalf("deploy/kustomize/base/signer.yaml's configuration: %v", err)
+		t.Fatalf("deploy/kustomize/base/signer-config.yaml: %v", err)
 	}
 	cfg, err := config.Load(docConfig)
 	if err != nil {
@@ -66,7 +52,7 @@ func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
 	text := csr.DescribeSigners(cfg)
 	for _, s := range shipped.Signers {
 		if !strings.Contains(text, "## `"+s.Name+"`") {
-			t.Errorf("signer name %s of deploy/kustomize/base/signer.yaml is not in %s", s.Name, docConfig)
+			t.Errorf("signer name %s of deploy/kustomize/base/signer-config.yaml is not in %s", s.Name, docConfig)
 		}
 	}
 	// Each name has all seven properties.
