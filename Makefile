@@ -75,8 +75,10 @@ demo: deps build registry controlplane ## start kube-apiserver + etcd + a SoftHS
 deps: ## install etcd-server, softhsm2, gcc and openssl from Debian if missing (make demo and make test run it)
 	@./hack/install-deps.sh
 
+# $(PROMTOOL), where it is defined (deploy/observability's rules tests), has
+# its rule next to generate: make tools builds every pinned CLI the tests run.
 .PHONY: tools
-tools: $(HELM) $(KUSTOMIZE) ## build the pinned helm and kustomize CLIs into bin/ (once per pinned version)
+tools: $(HELM) $(KUSTOMIZE) $(PROMTOOL) ## build the pinned helm, kustomize and promtool CLIs into bin/ (once per pinned version)
 	@ln -sfn .tools/$(notdir $(HELM)) bin/helm
 	@ln -sfn .tools/$(notdir $(KUSTOMIZE)) bin/kustomize
 
