@@ -104,7 +104,14 @@ func TestMakeToolsBuildsOnlyAMissingPin(t *testing.T) {
 			// CURDIR (and bin/) is dir's. promtool is built from a module
 			// in hack/ that dir lacks: left out here.
 			args := append([]string{"-n", "-s", "-C", dir, "-f", filepath.Join(root, "Makefile"), "tools", "PROMTOOL="}, tc.vars...)
-			out, err := exec.Command("make", args...).CombinedOutput()
+			cmd := exec.Command("make", args...)
+			// Not the flags of a make that runs this test (make test).
+			for _, kv := range os.Environ() {
+				if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("make %v: %v\n%s", args, err, out)
 			}
