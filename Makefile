@@ -46,10 +46,15 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# The base's RBAC (deploy/rbac) from the base's own configuration files.
+BASE_RBAC_FLAGS = --namespace keyward --signer-config deploy/kustomize/base/signer-config.yaml --approver \
+	--token-service-config deploy/kustomize/base/token-service-config.yaml --node-agent
+
 generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority, and docs/signers.md
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
+	$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) > deploy/kustomize/base/rbac.yaml.tmp && mv deploy/kustomize/base/rbac.yaml.tmp deploy/kustomize/base/rbac.yaml
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -58,6 +63,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -u kubeclient/authority/v1alpha1/zz_generated.deepcopy.go $$tmp/object/zz_generated.deepcopy.go && \
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
+	@$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) | diff -u deploy/kustomize/base/rbac.yaml - || { echo "deploy/kustomize/base/rbac.yaml is stale: run make generate"; exit 1; }
 
 demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo
