@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +106,11 @@ func Expectations(in Input) []Check {
 			s.add(false, "the signer never approves", "approve", certificates, "signers", "", n, "")
 		}
 		s.add(false, "sign only on names it was given, not others of its domain", "sign", certificates, "signers", "", foreign, "")
+		for _, d := range domainWildcards(names) {
+			// kube-apiserver also accepts a grant on "<domain>/*": none may exist.
+			s.add(false, "no domain wildcard grant", "sign", certificates, "signers", "", d, "")
+			s.add(false, "no domain wildcard grant", "attest", certificates, "signers", "", d, "")
+		}
 		s.add(false, "attest only on its own names", "attest", certificates, "signers", "", foreign, "")
 		pcr := len(sg.PCRSigners) > 0
 		for _, v := range []string{"get", "list", "watch"} {
@@ -141,6 +147,9 @@ func Expectations(in Input) []Check {
 			s.add(false, "the approver never signs", "sign", certificates, "signers", "", n, "")
 		}
 		s.add(false, "approve only on its names", "approve", certificates, "signers", "", foreign, "")
+		for _, d := range domainWildcards(ap.Signers) {
+			s.add(false, "no domain wildcard grant", "approve", certificates, "signers", "", d, "")
+		}
 		for _, v := range []string{"get", "list", "watch"} {
 			s.add(true, "reads CSRs", v, certificates, "certificatesigningrequests", "", "", "")
 		}
@@ -191,6 +200,17 @@ func foreignName(own []string) string {
 			return n
 		}
 	}
+}
+
+// domainWildcards gives "<domain>/*" for each domain of names.
+func domainWildcards(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if d, _, ok := strings.Cut(n, "/"); ok && !contains(out, d+"/*") {
+			out = append(out, d+"/*")
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {
