@@ -56,6 +56,10 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# The base's RBAC (deploy/rbac) from the base's own configuration files.
+BASE_RBAC_FLAGS = --namespace keyward --signer-config deploy/kustomize/base/signer-config.yaml --approver \
+	--token-service-config deploy/kustomize/base/token-service-config.yaml --node-agent
+
 # promtool is pinned in hack/promtool, a module of its own (`go install
 # …/promtool@version` refuses Prometheus's go.mod, which has replace
 # directives); deploy/observability's tests run it (KEYWARD_PROMTOOL).
@@ -73,6 +77,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kub
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
 	$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent -update
 	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
+	$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) > deploy/kustomize/base/rbac.yaml.tmp && mv deploy/kustomize/base/rbac.yaml.tmp deploy/kustomize/base/rbac.yaml
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -83,6 +88,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 	@$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent >/dev/null || { echo "docs/metrics.md or the monitoring copies of deploy/observability are stale: run make generate"; exit 1; }
 	@$(GO) test ./internal/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
+	@$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) | diff -u deploy/kustomize/base/rbac.yaml - || { echo "deploy/kustomize/base/rbac.yaml is stale: run make generate"; exit 1; }
 
 demo: deps build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo

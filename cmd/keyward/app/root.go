@@ -24,7 +24,7 @@ func NewCommand() *cobra.Command {
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(logFlags.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand(), newApproverCommand(), newTokenServiceCommand(), newCACommand(), newTrustCommand(), newNodeCommand(), newCredentialProviderCommand())
+	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand(), newApproverCommand(), newTokenServiceCommand(), newCACommand(), newTrustCommand(), newNodeCommand(), newCredentialProviderCommand(), newDeployCommand())
 	redactErrors(root)
 	return root
 }
