@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/backends/uri"
 	"github.com/keyward/keyward/internal/cacert"
 	"github.com/keyward/keyward/internal/pemcert"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
@@ -319,6 +320,7 @@ func (o *caOptions) withKey(ctx context.Context, get func(context.Context, *back
 type caInitOptions struct {
 	caOptions
 	createKey                 bool
+	skipIfPresent             bool
 	algorithm                 string
 	subject                   string
 	lifetime                  time.Duration
@@ -387,6 +389,9 @@ func (o *caInitOptions) Validate() error {
 			return fmt.Errorf("--algorithm %s: %w", o.alg, &cacert.WeakError{What: "key", Reason: "curve below P-256"})
 		}
 	}
+	if o.csrOut != "" && o.skipIfPresent {
+		return errors.New("--skip-if-present applies to a self-signed root: with --csr-out nothing is written to the cluster")
+	}
 	if o.csrOut != "" && o.phase != "" {
 		return errors.New("--phase applies to a self-signed root: with --csr-out nothing is written to the cluster (ca import adds the generation)")
 	}
@@ -421,6 +426,7 @@ the leaf maximum plus the rotation windows of the Authority's gates.`,
 	o.addFlags(cmd)
 	f := cmd.Flags()
 	f.BoolVar(&o.createKey, "create-key", false, "create the key at --key-uri (in the HSM or KMS) instead of opening an existing one")
+	f.BoolVar(&o.skipIfPresent, "skip-if-present", false, "do nothing (and exit 0) when the signer's Authority already has generation GEN with this --key-uri; a generation GEN with another key is an error (for init containers)")
 	f.StringVar(&o.algorithm, "algorithm", "", "with --create-key: ECDSAP256 (default), ECDSAP384, RSA3072, RSA4096, or a backend algorithm name")
 	f.StringVar(&o.subject, "subject", "", "subject distinguished name, e.g. 'CN=workload CA 2026-11,O=Example,C=DE' (CN, O, OU, C, ST, L; default: CN=<signer> CA <generation>)")
 	f.DurationVar(&o.lifetime, "lifetime", 365*24*time.Hour, "how long the self-signed root is valid")
@@ -457,6 +463,12 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.skipIfPresent {
+		present, err := o.generationPresent(ctx, ac, out)
+		if err != nil || present {
+			return err
+		}
+	}
 	// Everything the cluster can refuse is checked before a key is made.
 	tgt, err := o.resolve(ctx, ac)
 	if err != nil {
@@ -483,6 +495,65 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 		_, err = fmt.Fprintf(out, "root: %q, valid %s to %s, path length %d\n", root.Subject, root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), root.MaxPathLen)
 		return err
 	})
+}
+
+// ErrGenerationKeyDiffers: --skip-if-present found generation GEN in the
+// signer's Authority, with a key other than --key-uri.
+var ErrGenerationKeyDiffers = errors.New("the generation exists with another key")
+
+// generationPresent reports whether the signer's Authority already has
+// generation GEN with the key --key-uri names (and says so in one line);
+// the generation with another key is ErrGenerationKeyDiffers.
+func (o *caInitOptions) generationPresent(ctx context.Context, ac *authclient.Client, out io.Writer) (bool, error) {
+	a, err := authorityForSigner(ctx, ac, o.signer)
+	if err != nil || a == nil {
+		return false, err
+	}
+	want := uri.RedactURI(o.keyURI)
+	for _, g := range a.Spec.Generations {
+		if g.Name != o.generation {
+			continue
+		}
+		same, err := o.sameKey(ctx, g.KeyURI)
+		if err != nil {
+			return false, fmt.Errorf("authority/%s, generation %s: %w", a.Name, o.generation, err)
+		}
+		if !same {
+			return false, fmt.Errorf("authority/%s: generation %s has key %s, not --key-uri %s: %w", a.Name, o.generation, g.KeyURI, want, ErrGenerationKeyDiffers)
+		}
+		_, err = fmt.Fprintf(out, "authority/%s: generation %s already present with key %s: nothing to do\n", a.Name, o.generation, g.KeyURI)
+		return true, err
+	}
+	return false, nil
+}
+
+// sameKey reports whether --key-uri names the key stored is the URI of.
+// The stored URI is the one the backend returned, which may carry more
+// than the one given (a PKCS#11 key's id, added when it was created): when
+// the two differ as text, both are opened and their public keys compared.
+func (o *caInitOptions) sameKey(ctx context.Context, stored string) (bool, error) {
+	if stored == uri.RedactURI(o.keyURI) {
+		return true, nil
+	}
+	reg, err := o.backends.registry()
+	if err != nil {
+		return false, err
+	}
+	defer reg.Close()
+	have, err := reg.Open(ctx, backends.OpenRequest{URI: stored})
+	if err != nil {
+		return false, fmt.Errorf("opening the generation's key %s: %w", stored, err)
+	}
+	defer have.Close()
+	given, err := reg.Open(ctx, backends.OpenRequest{URI: o.keyURI})
+	if errors.Is(err, backends.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("opening --key-uri %s: %w", uri.RedactURI(o.keyURI), err)
+	}
+	defer given.Close()
+	return given.Fingerprint() == have.Fingerprint(), nil
 }
 
 func printAdded(out io.Writer, a *v1alpha1.Authority, gen string, key backends.Signer) error {
