@@ -34,7 +34,7 @@ load or a directory it cannot use or make stops it at start with exit status 1 a
 later errors are logged once, retried with backoff, and never touch the current files.
 
 See docs/node-helper.md (files, metrics, what each message means) and docs/node-agent-config.yaml
-(every field); the DaemonSet example is deploy/examples/node-agent.`,
+(every field); the DaemonSet is deploy/kustomize/base/node-agent.yaml.`,
 		Example: `  NODE_NAME=$(hostname) keyward node agent --config /etc/keyward/agent.yaml -v 4`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

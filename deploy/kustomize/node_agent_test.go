@@ -1,4 +1,4 @@
-package nodeagent_test
+package kustomize_test
 
 import (
 	"bufio"
@@ -9,7 +9,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
-	"io/fs"
 	"net/url"
 	"os"
 	"slices"
@@ -30,7 +29,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/deploy"
-	nodeagent "github.com/keyward/keyward/deploy/examples/node-agent"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/nodehelper/agent"
@@ -39,35 +37,31 @@ import (
 	csrsigner "github.com/keyward/keyward/signer/csr"
 )
 
-// manifests returns the files kustomization.yaml lists, after checking it
-// lists every other YAML file of the example.
+// manifests are the base's node agent objects as a user applies them:
+// the DaemonSet, the ConfigMap kustomize generates from
+// node-agent-config.yaml (under its plain name), and the generated RBAC
+// (holding the agent's ServiceAccount).
 func manifests(t *testing.T) map[string][]byte {
 	t.Helper()
-	k, err := nodeagent.Manifests.ReadFile("kustomization.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kust struct {
-		APIVersion string   `json:"apiVersion"`
-		Kind       string   `json:"kind"`
-		Resources  []string `json:"resources"`
-	}
-	if err := yaml.UnmarshalStrict(k, &kust); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	all, err := fs.Glob(nodeagent.Manifests, "*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	all = slices.DeleteFunc(all, func(n string) bool { return n == "kustomization.yaml" })
-	if got := slices.Sorted(slices.Values(kust.Resources)); !slices.Equal(got, all) {
-		t.Fatalf("kustomization.yaml lists %v, the example holds %v", got, all)
-	}
 	out := map[string][]byte{}
-	for _, n := range kust.Resources {
-		if out[n], err = nodeagent.Manifests.ReadFile(n); err != nil {
+	for name, file := range map[string]string{"daemonset.yaml": "node-agent.yaml", "rbac.yaml": "rbac.yaml"} {
+		data, err := deploy.Base.ReadFile("kustomize/base/" + file)
+		if err != nil {
 			t.Fatal(err)
 		}
+		out[name] = data
+	}
+	conf, err := deploy.Base.ReadFile("kustomize/base/node-agent-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: "keyward-node-agent-config", Namespace: "keyward"},
+		Data:       map[string]string{"agent.yaml": string(conf)},
+	}
+	if out["config.yaml"], err = yaml.Marshal(cm); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -115,7 +109,7 @@ func stripComments(doc []byte) []byte {
 // agent --config` on the ConfigMap's file, with NODE_NAME from the
 // downward API, its probes on the health address the configuration sets,
 // and every path the configuration names on a hostPath volume.
-func TestExampleIsConsistent(t *testing.T) {
+func TestNodeAgentIsConsistent(t *testing.T) {
 	var ds *appsv1.DaemonSet
 	var cm *corev1.ConfigMap
 	for _, o := range objects(t) {
@@ -193,7 +187,7 @@ func TestExampleIsConsistent(t *testing.T) {
 // can do everything the agent does: create a CSR for keyward.dev/node-daemons
 // and read and watch it, list and watch a signer's ClusterTrustBundles,
 // read and watch its own Node.
-func TestExampleAppliesAndTheNodeNeedsNoMoreRBAC(t *testing.T) {
+func TestNodeAgentAppliesAndTheNodeNeedsNoMoreRBAC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver")
 	}
@@ -331,8 +325,8 @@ const nodeDaemonsSigner = `- name: keyward.dev/node-daemons
 // The documented signer entry is the base's (deploy/kustomize/base/signer-config.yaml),
 // validates; its rules admit the request the example's credential makes,
 // and keyward approver lets nodes ask.
-func TestDocumentedSignerEntryAdmitsTheExample(t *testing.T) {
-	doc, err := os.ReadFile("../../../docs/node-helper.md")
+func TestDocumentedSignerEntryAdmitsTheNodeAgent(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/node-helper.md")
 	if err != nil {
 		t.Fatal(err)
 	}
