@@ -1,0 +1,307 @@
+package helm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/keyward/keyward/nodehelper/agent"
+	signerconfig "github.com/keyward/keyward/signer/config"
+	tokenconfig "github.com/keyward/keyward/signer/tokenservice/config"
+)
+
+// kubeVersion is the version `helm template` renders for (the chart needs
+// 1.35 or later; the test apiserver is v1.37.1).
+const kubeVersion = "1.37.1"
+
+// namespace is where the samples are rendered.
+const namespace = "keyward"
+
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the test file")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func chartDir(t testing.TB) string { return filepath.Join(repoRoot(t), "deploy", "helm", "keyward") }
+
+// helmBin is $KEYWARD_HELM, else <repo>/bin/helm; missing fails the test.
+func helmBin(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("KEYWARD_HELM")
+	if bin == "" {
+		bin = filepath.Join(repoRoot(t), "bin", "helm")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("helm not found at %s (run make tools): %v", bin, err)
+	}
+	return bin
+}
+
+// samples are the chart's ci/*-values.yaml files by short name.
+func samples(t testing.TB) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir(t), "ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		out[strings.TrimSuffix(filepath.Base(f), "-values.yaml")] = f
+	}
+	for _, want := range []string{"default", "softhsm", "pkcs11", "gcpkms", "awskms", "csr-off", "token-service-on"} {
+		if _, ok := out[want]; !ok {
+			t.Fatalf("sample ci/%s-values.yaml is missing", want)
+		}
+	}
+	return out
+}
+
+// helmTemplate renders the chart with the values files and returns the
+// manifest, or the error with helm's output.
+func helmTemplate(t testing.TB, valuesFiles ...string) ([]byte, error) {
+	t.Helper()
+	args := []string{"template", "keyward", chartDir(t), "--namespace", namespace, "--kube-version", kubeVersion}
+	for _, f := range valuesFiles {
+		args = append(args, "--values", f)
+	}
+	return runHelm(t, args...)
+}
+
+// runHelm runs helm; on failure the error carries its stderr.
+func runHelm(t testing.TB, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("helm %s: %w: %s", args[0], err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}
+
+func mustTemplate(t testing.TB, valuesFiles ...string) []byte {
+	t.Helper()
+	out, err := helmTemplate(t, valuesFiles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// objects decodes a multi-document manifest.
+func objects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			t.Fatalf("decoding the rendered manifest: %v", err)
+		}
+		if len(obj.Object) > 0 {
+			out = append(out, &obj)
+		}
+	}
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func convert[T any](t testing.TB, u *unstructured.Unstructured) *T {
+	t.Helper()
+	var out T
+	if err := kruntime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &out, true); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	return &out
+}
+
+// configMapData returns a ConfigMap's key, failing when either is absent.
+func configMapData(t testing.TB, objs []*unstructured.Unstructured, name, key string) []byte {
+	t.Helper()
+	u := find(objs, "ConfigMap", name)
+	if u == nil {
+		t.Fatalf("no ConfigMap %s", name)
+	}
+	cm := convert[corev1.ConfigMap](t, u)
+	data, ok := cm.Data[key]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s", name, key)
+	}
+	return []byte(data)
+}
+
+// Every sample's configurations load with keyward's own loaders (strict
+// decoding, defaults, validation), exactly as the pods will read them.
+func TestSampleConfigurationsLoadWithTheRealLoaders(t *testing.T) {
+	t.Setenv("NODE_NAME", "worker-1") // the DaemonSet passes it
+	for name, file := range samples(t) {
+		t.Run(name, func(t *testing.T) {
+			objs := objects(t, mustTemplate(t, file))
+			cfg, err := signerconfig.Parse(configMapData(t, objs, "keyward-signer-config", "config.yaml"))
+			if err != nil {
+				t.Fatalf("signer configuration: %v", err)
+			}
+			if le := cfg.LeaderElection; le.Namespace != namespace || le.LeaseName != "keyward-signer" {
+				t.Errorf("signer Lease %s/%s, want %s/keyward-signer", le.Namespace, le.LeaseName, namespace)
+			}
+			if cfg.MetricsAddress != ":9090" || cfg.HealthAddress != ":9091" {
+				t.Errorf("signer addresses %s %s, want :9090 :9091 (the container ports)", cfg.MetricsAddress, cfg.HealthAddress)
+			}
+			if find(objs, "Deployment", "keyward-token-service") != nil {
+				ts, err := tokenconfig.Parse(configMapData(t, objs, "keyward-token-service-config", "config.yaml"))
+				if err != nil {
+					t.Fatalf("token service configuration: %v", err)
+				}
+				if ts.MetricsAddress != ":9092" || ts.HealthAddress != ":9093" || ts.Listen.Address != ":8443" {
+					t.Errorf("token service addresses %s %s %s, want :9092 :9093 :8443", ts.MetricsAddress, ts.HealthAddress, ts.Listen.Address)
+				}
+			} else if find(objs, "ConfigMap", "keyward-token-service-config") != nil {
+				t.Error("a token service ConfigMap without its Deployment")
+			}
+			if find(objs, "DaemonSet", "keyward-node-agent") != nil {
+				if _, err := agent.Parse(configMapData(t, objs, "keyward-node-agent-config", "agent.yaml")); err != nil {
+					t.Fatalf("node agent configuration: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// podTemplates returns every Deployment's and DaemonSet's pod template.
+func podTemplates(t testing.TB, objs []*unstructured.Unstructured) map[string]*corev1.PodTemplateSpec {
+	t.Helper()
+	out := map[string]*corev1.PodTemplateSpec{}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment":
+			out[o.GetName()] = &convert[appsv1.Deployment](t, o).Spec.Template
+		case "DaemonSet":
+			out[o.GetName()] = &convert[appsv1.DaemonSet](t, o).Spec.Template
+		}
+	}
+	return out
+}
+
+// The workloads run as the base runs them: non-root 65532 with a read-only
+// root filesystem, no privilege escalation, every capability dropped and
+// the runtime's seccomp profile; the node agent is the one root container
+// (host files), with CHOWN and FOWNER only and no ServiceAccount token.
+// No sample renders a Secret (users create them; keyward never reads them).
+func TestSamplesRunWithTheBaseSecurityContexts(t *testing.T) {
+	for name, file := range samples(t) {
+		t.Run(name, func(t *testing.T) {
+			objs := objects(t, mustTemplate(t, file))
+			for _, o := range objs {
+				if o.GetKind() == "Secret" {
+					t.Errorf("the chart renders Secret %s", o.GetName())
+				}
+			}
+			pods := podTemplates(t, objs)
+			if pods["keyward-signer"] == nil {
+				t.Fatal("no signer Deployment")
+			}
+			for workload, pod := range pods {
+				checkPod(t, workload, pod)
+			}
+		})
+	}
+}
+
+func checkPod(t *testing.T, workload string, pod *corev1.PodTemplateSpec) {
+	t.Helper()
+	spec := pod.Spec
+	if p := spec.SecurityContext; p == nil || p.SeccompProfile == nil || p.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod seccomp profile is not RuntimeDefault", workload)
+	}
+	nodeAgent := workload == "keyward-node-agent"
+	if nodeAgent {
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: mounts a ServiceAccount token; it acts as the node", workload)
+		}
+		if !spec.HostNetwork {
+			t.Errorf("%s: not in the host's network namespace", workload)
+		}
+	} else {
+		p := spec.SecurityContext
+		if p == nil || p.RunAsNonRoot == nil || !*p.RunAsNonRoot || p.RunAsUser == nil || *p.RunAsUser != 65532 ||
+			p.RunAsGroup == nil || *p.RunAsGroup != 65532 || p.FSGroup == nil || *p.FSGroup != 65532 {
+			t.Errorf("%s: pod does not run as 65532:65532 non-root with fsGroup 65532: %+v", workload, p)
+		}
+	}
+	for _, c := range slicesConcat(spec.InitContainers, spec.Containers) {
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.Capabilities == nil || !equalCaps(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("%s/%s: not read-only root, no escalation, drop ALL: %+v", workload, c.Name, sc)
+			continue
+		}
+		wantAdd := []corev1.Capability(nil)
+		if nodeAgent {
+			wantAdd = []corev1.Capability{"CHOWN", "FOWNER"}
+		}
+		if !equalCaps(sc.Capabilities.Add, capNames(wantAdd)...) {
+			t.Errorf("%s/%s: adds capabilities %v, want %v", workload, c.Name, sc.Capabilities.Add, wantAdd)
+		}
+		if c.Resources.Requests == nil {
+			t.Errorf("%s/%s: no resource requests", workload, c.Name)
+		}
+	}
+	for _, c := range spec.Containers {
+		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+			t.Errorf("%s/%s: missing a readiness or liveness probe", workload, c.Name)
+		}
+	}
+}
+
+func slicesConcat(a, b []corev1.Container) []corev1.Container {
+	return append(append([]corev1.Container(nil), a...), b...)
+}
+
+func capNames(cs []corev1.Capability) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, string(c))
+	}
+	return out
+}
+
+func equalCaps(got []corev1.Capability, want ...string) bool {
+	g := capNames(got)
+	if len(g) != len(want) {
+		return false
+	}
+	for i := range g {
+		if g[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
