@@ -50,6 +50,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
+	rm -f deploy/helm/keyward/files/crds/*.yaml && cp deploy/crds/*_*.yaml deploy/helm/keyward/files/crds/
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -58,6 +59,8 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -u kubeclient/authority/v1alpha1/zz_generated.deepcopy.go $$tmp/object/zz_generated.deepcopy.go && \
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cp deploy/crds/*_*.yaml $$tmp/ && \
+	diff -ru $$tmp deploy/helm/keyward/files/crds || { echo "the Helm chart's CRDs (deploy/helm/keyward/files/crds) are stale: run make generate"; exit 1; }
 
 demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo

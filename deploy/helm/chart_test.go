@@ -305,3 +305,29 @@ func equalCaps(got []corev1.Capability, want ...string) bool {
 	}
 	return true
 }
+
+// The chart installs the very CRDs controller-gen writes to deploy/crds
+// (`make generate` copies them; this catches a copy left stale).
+func TestChartCRDsAreDeployCRDs(t *testing.T) {
+	want, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy", "crds", "*_*.yaml"))
+	if err != nil || len(want) == 0 {
+		t.Fatalf("no CRDs in deploy/crds (%v)", err)
+	}
+	got, err := filepath.Glob(filepath.Join(chartDir(t), "files", "crds", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the chart has %d CRD files, deploy/crds %d: run make generate", len(got), len(want))
+	}
+	for _, w := range want {
+		a, err := os.ReadFile(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(chartDir(t), "files", "crds", filepath.Base(w)))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("the chart's copy of %s differs or is missing (run make generate): %v", filepath.Base(w), err)
+		}
+	}
+}
