@@ -16,7 +16,7 @@ func TestBadValuesFailNamingTheField(t *testing.T) {
 		field  string
 	}{
 		{"a replica count given as text is refused", "signer: {replicas: two}", "/signer/replicas"},
-		{"a misspelt key is refused", "signer: {replica: 2}", "replica"},
+		{"a misspelt key is refused", "signer: {replicaz: 2}", "replicaz"},
 		{"an unknown top-level key is refused", "nodeagent: {enabled: false}", "nodeagent"},
 		{"an unknown backend type is refused", "signer: {backend: {type: vault}}", "/signer/backend/type"},
 		{"an unknown profile is refused", "signer: {signers: [{name: keyward.dev/x, profile: podidentity}]}", "/signer/signers/0/profile"},
