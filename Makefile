@@ -46,10 +46,23 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
-generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from the types in kubeclient/authority, and docs/signers.md
+# promtool is pinned in hack/promtool, a module of its own (`go install
+# …/promtool@version` refuses Prometheus's go.mod, which has replace
+# directives); deploy/observability's tests run it (KEYWARD_PROMTOOL).
+PROMTOOL := bin/promtool
+export KEYWARD_PROMTOOL := $(CURDIR)/$(PROMTOOL)
+
+$(PROMTOOL): hack/promtool/go.mod hack/promtool/go.sum
+	@mkdir -p bin
+	@echo "building promtool into bin/ (a few minutes the first time)"
+	cd hack/promtool && $(GO) build -o ../../$(PROMTOOL) github.com/prometheus/prometheus/cmd/promtool
+
+generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kubeclient/authority; docs/signers.md, docs/configuration.md, docs/metrics.md and the monitoring copies
 	$(CONTROLLER_GEN) object paths=$(CRD_TYPES)
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
+	$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent -update
+	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
 	rm -f deploy/helm/keyward/files/crds/*.yaml && cp deploy/crds/*_*.yaml deploy/helm/keyward/files/crds/
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
@@ -59,6 +72,8 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -u kubeclient/authority/v1alpha1/zz_generated.deepcopy.go $$tmp/object/zz_generated.deepcopy.go && \
 	diff -ru deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
+	@$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent >/dev/null || { echo "docs/metrics.md or the monitoring copies of deploy/observability are stale: run make generate"; exit 1; }
+	@$(GO) test ./internal/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cp deploy/crds/*_*.yaml $$tmp/ && \
 	diff -ru $$tmp deploy/helm/keyward/files/crds || { echo "the Helm chart's CRDs (deploy/helm/keyward/files/crds) are stale: run make generate"; exit 1; }
 

@@ -24,6 +24,12 @@ var (
 	// ErrPermanent: retrying will not help (permission denied, key disabled,
 	// corrupted response that keeps coming back).
 	ErrPermanent = errors.New("permanent backend error")
+	// ErrLoginRefused: the token refused the PIN (incorrect, invalid,
+	// expired or locked). Always with ErrPermanent. Callers must not retry
+	// with the same PIN source by themselves: HSMs count each refused login
+	// toward locking the PIN. A PIN that could not be read (a missing or
+	// empty file) is not this: no login was tried.
+	ErrLoginRefused = errors.New("the token refused the login")
 )
 
 // Error is the error type backends return. Kind is one of the sentinels

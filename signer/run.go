@@ -326,6 +326,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return LeadAll(ctx, runs)
 	}
+	leader := kubeclient.NewLeaderGauge(cfg.LeaderElection.LeaseName)
+	if err := reg.Register(leader); err != nil {
+		return fmt.Errorf("registering the leader gauge: %w", err)
+	}
+	lead = kubeclient.Leading(leader, lead)
 	if !*cfg.LeaderElection.Enabled {
 		st.leading.Store(true)
 		return lead(ctx)

@@ -411,6 +411,10 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 		// (Not the exact count: CSRs other tests left behind may be decided too.)
 		t.Errorf("/metrics lacks the SANNotOnNode denials:\n%s", body)
 	}
+	// It says it leads its Lease (the NoLeader alert sums keyward_leader).
+	if v := metricValue(t, metricsAddr, "keyward_leader", `lease="`+approver.DefaultLeaseName+`"`); v != 1 {
+		t.Errorf("keyward_leader{lease=%q} = %v, want 1", approver.DefaultLeaseName, v)
+	}
 
 	// It decided under its own Lease, not the signer's.
 	if _, err := admin.CoordinationV1().Leases(signerNamespace).Get(ctx, approver.DefaultLeaseName, metav1.GetOptions{}); err != nil {

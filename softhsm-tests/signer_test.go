@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -359,6 +360,10 @@ func TestMetricsAndHealth(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	// The replica that issues says it leads (the NoLeader alert sums it).
+	if !regexp.MustCompile(`(?m)^keyward_leader\{lease="[^"]*"\} 1$`).Match(body) {
+		t.Errorf("/metrics lacks keyward_leader{lease=...} 1")
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -193,8 +194,8 @@ func TestTheTokenReviewerNamesAMissingGrant(t *testing.T) {
 
 // runningTokenService is a tokenservice.Run started by startMintingTokenService.
 type runningTokenService struct {
-	listen, health string
-	client         *http.Client
+	listen, metrics, health string
+	client                  *http.Client
 }
 
 // startMintingTokenService runs the token service for signerName (registry reg,
@@ -255,7 +256,7 @@ func startMintingTokenService(t *testing.T, signerName string, reg *testregistry
 	})
 	select {
 	case a := <-addrs:
-		return &runningTokenService{listen: a[0], health: a[2],
+		return &runningTokenService{listen: a[0], metrics: a[1], health: a[2],
 			client: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}}
 	case err := <-done:
 		t.Fatalf("token service stopped before serving: %v", err)
@@ -292,6 +293,14 @@ func TestTheTokenServiceMintsTokensARegistryAccepts(t *testing.T) {
 	ts := startMintingTokenService(t, signerName, reg, w.Pod.Namespace)
 	if err := waitReady(ts.health); err != nil {
 		t.Fatalf("token service not ready: %v", err)
+	}
+	// It takes its Lease and says so (the NoLeader alert sums keyward_leader).
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		v, err := scrapeMetric(ts.metrics, "keyward_leader")
+		return v == 1, err
+	})
+	if err != nil {
+		t.Errorf("keyward_leader of the token service never read 1: %v", err)
 	}
 	tok := saToken(t, ctx, w, registryAudience, false)
 

@@ -19,6 +19,8 @@ type metrics struct {
 	bundleGen   *prometheus.GaugeVec
 	gateSeconds *prometheus.GaugeVec
 	caNotAfter  *prometheus.GaugeVec
+	leadTime    *prometheus.GaugeVec
+	held        *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	signers map[string]string // Authority name → signer name
@@ -42,12 +44,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "keyward_trust_ca_not_after_timestamp_seconds",
 			Help: "notAfter of each CA generation's certificate (certificatePEM), as a Unix time.",
 		}, []string{"signer", "generation"}),
+		leadTime: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_rotation_lead_time_seconds",
+			Help: "How long before the Active CA's notAfter a rotation must start: canarySoak + propagationWindow + the time until the latest leaf signed by the Active generation expires.",
+		}, []string{"signer"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_trust_step_held_seconds",
+			Help: "Seconds a generation has sat in its observed phase while a gate holds it from the phase its spec asks for, by the gate that holds it now, as of the latest sync.",
+		}, []string{"signer", "generation", "phase", "gate"}),
 		signers: map[string]string{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, v := range []**prometheus.GaugeVec{&m.phase, &m.bundleGen, &m.gateSeconds, &m.caNotAfter} {
+	for _, v := range []**prometheus.GaugeVec{&m.phase, &m.bundleGen, &m.gateSeconds, &m.caNotAfter, &m.leadTime, &m.held} {
 		err := reg.Register(*v)
 		var are prometheus.AlreadyRegisteredError
 		switch {
@@ -83,9 +93,18 @@ func (m *metrics) observe(a *v1alpha1.Authority, parsed parsedGenerations, plan 
 			m.phase.WithLabelValues(signer, g.Name, string(p)).Set(v)
 		}
 	}
+	since := map[string]time.Time{}
+	for _, g := range a.Status.Generations {
+		if g.Since != nil {
+			since[g.Name] = g.Since.Time
+		}
+	}
 	for _, s := range plan.Steps {
 		if s.Gate != "" && s.OpensAt != nil {
 			m.gateSeconds.WithLabelValues(signer, s.Generation, s.Gate).Set(s.OpensAt.Sub(now).Seconds())
+		}
+		if t, ok := since[s.Generation]; ok && s.Gate != "" && !s.Moves() {
+			m.held.WithLabelValues(signer, s.Generation, string(s.Observed), s.Gate).Set(now.Sub(t).Seconds())
 		}
 	}
 	for _, g := range a.Spec.Generations {
@@ -93,6 +112,7 @@ func (m *metrics) observe(a *v1alpha1.Authority, parsed parsedGenerations, plan 
 			m.caNotAfter.WithLabelValues(signer, g.Name).Set(float64(certs[0].NotAfter.Unix()))
 		}
 	}
+	m.leadTime.WithLabelValues(signer).Set(rotationLeadTime(a, now).Seconds())
 	for i, b := range bundles {
 		if b.pem != "" && results[i].err == nil && results[i].generation > 0 {
 			m.bundleGen.WithLabelValues(signer, b.version).Set(float64(results[i].generation))
@@ -106,6 +126,37 @@ func (m *metrics) clear(signer string) {
 	m.bundleGen.DeletePartialMatch(l)
 	m.gateSeconds.DeletePartialMatch(l)
 	m.caNotAfter.DeletePartialMatch(l)
+	m.leadTime.DeletePartialMatch(l)
+	m.held.DeletePartialMatch(l)
+}
+
+// rotationLeadTime is the shortest time a rotation takes before the old
+// Active generation may expire without harm: the new root soaks in the
+// canary bundle, then sits in the live bundle for the propagation window,
+// and the leaves the old generation signed must run out (its
+// lastIssuedNotAfter, as of now).
+func rotationLeadTime(a *v1alpha1.Authority, now time.Time) time.Duration {
+	soak, window := DefaultCanarySoak, DefaultPropagationWindow
+	if d := a.Spec.Gates.CanarySoak; d != nil {
+		soak = d.Duration
+	}
+	if d := a.Spec.Gates.PropagationWindow; d != nil {
+		window = d.Duration
+	}
+	lead := soak + window
+	for _, g := range a.Status.Generations {
+		if g.Phase == v1alpha1.PhaseActive && g.LastIssuedNotAfter != nil && g.LastIssuedNotAfter.After(now) {
+			lead += g.LastIssuedNotAfter.Sub(now)
+		}
+	}
+	return lead
+}
+
+// RegisterMetrics registers the trust publisher's series on reg, as New
+// does; the metrics reference (deploy/observability) reads them from there.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	_, err := newMetrics(reg)
+	return err
 }
 
 // forget drops the series of a deleted Authority.

@@ -70,8 +70,8 @@ func checkPINIncorrect(t *testing.T, err error, pins ...string) {
 	t.Helper()
 	var be *backends.Error
 	if !errors.Is(err, backends.ErrPermanent) || backends.IsTransient(err) || !errors.As(err, &be) || be.Part != "pin-source" ||
-		!errors.Is(err, p11.Error(p11.CKR_PIN_INCORRECT)) {
-		t.Fatalf("got %v, want a permanent CKR_PIN_INCORRECT error naming pin-source", err)
+		!errors.Is(err, p11.Error(p11.CKR_PIN_INCORRECT)) || !errors.Is(err, backends.ErrLoginRefused) {
+		t.Fatalf("got %v, want a permanent CKR_PIN_INCORRECT error naming pin-source, matching ErrLoginRefused", err)
 	}
 	if !strings.Contains(err.Error(), "PIN incorrect") {
 		t.Errorf("error %q does not say \"PIN incorrect\"", err)

@@ -174,7 +174,7 @@ func (p *Provider) tokenFor(op string, loc location) (*token, error) {
 // from the PIN the token was opened with. It never carries the PIN.
 func errPINIncorrect(op string, loc location) error {
 	return backends.Wrap(backends.ErrPermanent, op, loc.String(), "pin-source",
-		fmt.Errorf("PIN incorrect: the token refused the PIN from this pin-source: %w", p11.Error(p11.CKR_PIN_INCORRECT)))
+		fmt.Errorf("PIN incorrect: the token refused the PIN from this pin-source: %w (%w)", p11.Error(p11.CKR_PIN_INCORRECT), backends.ErrLoginRefused))
 }
 
 // Open finds the private key the URI names and loads its public key.
@@ -689,7 +689,7 @@ func (t *token) openError(op string, err error) error {
 	case isCode(err, p11.CKR_PIN_INVALID, p11.CKR_PIN_EXPIRED, p11.CKR_PIN_LOCKED):
 		var code p11.Error
 		errors.As(err, &code)
-		return backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "pin-source", fmt.Errorf("the token refused the PIN: %w", code))
+		return backends.Wrap(backends.ErrPermanent, op, t.loc.String(), "pin-source", fmt.Errorf("the token refused the PIN: %w (%w)", code, backends.ErrLoginRefused))
 	}
 	return backends.Wrap(classify(err), op, t.loc.String(), "token", err)
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/keyward/keyward/nodehelper/certstore"
 	"github.com/keyward/keyward/nodehelper/csrclient"
 	"github.com/keyward/keyward/nodehelper/trust"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -265,11 +264,7 @@ func (a *Agent) newCredential(name string, identity bool, keyType string, req cs
 	// The series exist from the start (0: no certificate, none renewed).
 	a.metrics.expiration.WithLabelValues(name)
 	a.metrics.renewals.WithLabelValues(name)
-	a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "keyward_node", Name: "credential_expired",
-		Help:        "1 while the credential's current certificate has expired, or none exists after the first try.",
-		ConstLabels: prometheus.Labels{"credential": name},
-	}, func() float64 {
+	a.metrics.registry.MustRegister(expiredGauge(name, func() float64 {
 		if a.unhealthy(c) != "" {
 			return 1
 		}

@@ -57,25 +57,34 @@ const (
 // Configuration is the node agent's YAML file. Load decodes it strictly
 // (unknown or repeated fields are errors), defaults and validates it.
 type Configuration struct {
+	// APIVersion is keyward.dev/v1alpha1.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	// Kind is NodeAgentConfiguration.
+	Kind string `json:"kind"`
 	// NodeName defaults to $NODE_NAME; it is required in the end.
 	NodeName string `json:"nodeName,omitempty"`
 	// StateDir holds the key/certificate pairs (DefaultStateDir).
 	StateDir string `json:"stateDir,omitempty"`
 	// Kubeconfig is the node identity (e.g. kubelet's kubeconfig);
 	// exclusive with Bootstrap. Neither: the in-cluster service account.
-	Kubeconfig string     `json:"kubeconfig,omitempty"`
-	Bootstrap  *Bootstrap `json:"bootstrap,omitempty"`
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Bootstrap, if set, obtains the node identity with a bootstrap token
+	// (KEP-266); exclusive with Kubeconfig.
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
 	// MetricsAddress (DefaultMetricsAddress) serves /metrics; "-" disables.
 	MetricsAddress string `json:"metricsAddress,omitempty"`
 	// HealthAddress (DefaultHealthAddress) serves /healthz, which fails
 	// while a credential is expired, or missing after its first try, and
 	// /readyz; "-" disables.
-	HealthAddress string       `json:"healthAddress,omitempty"`
-	Renewal       Renewal      `json:"renewal,omitempty"`
-	Credentials   []Credential `json:"credentials,omitempty"`
-	Trust         []Trust      `json:"trust,omitempty"`
+	HealthAddress string `json:"healthAddress,omitempty"`
+	// Renewal tunes the retries after an error and the wait for issuance.
+	Renewal Renewal `json:"renewal,omitempty"`
+	// Credentials are the key/certificate pairs the agent requests by CSR
+	// and keeps current.
+	Credentials []Credential `json:"credentials,omitempty"`
+	// Trust are the ClusterTrustBundles the agent writes to files on the
+	// node.
+	Trust []Trust `json:"trust,omitempty"`
 }
 
 // Bootstrap is KEP-266's flow: with no valid identity pair in StateDir
@@ -83,11 +92,15 @@ type Configuration struct {
 // to request CN=system:node:<node>, O=system:nodes, then talks to the
 // apiserver as that identity and renews it like any credential.
 type Bootstrap struct {
+	// Kubeconfig holds the bootstrap token used only to request the node
+	// identity.
 	Kubeconfig string `json:"kubeconfig"`
 	// SignerName defaults to kubernetes.io/kube-apiserver-client-kubelet.
 	SignerName string `json:"signerName,omitempty"`
 	// KeyType defaults to ECDSAP256.
-	KeyType           string `json:"keyType,omitempty"`
+	KeyType string `json:"keyType,omitempty"`
+	// ExpirationSeconds, if set, is the identity CSR's
+	// spec.expirationSeconds (at least 600).
 	ExpirationSeconds *int32 `json:"expirationSeconds,omitempty"`
 }
 
@@ -96,7 +109,8 @@ type Renewal struct {
 	// RetryInitial and RetryMax bound the exponential backoff (with
 	// jitter) after an error: defaults 2s and 5m.
 	RetryInitial metav1.Duration `json:"retryInitial,omitempty"`
-	RetryMax     metav1.Duration `json:"retryMax,omitempty"`
+	// RetryMax caps the backoff (default 5m).
+	RetryMax metav1.Duration `json:"retryMax,omitempty"`
 	// WaitTimeout (15m) bounds one wait for issuance; then the same CSR
 	// is looked up again (no new request).
 	WaitTimeout metav1.Duration `json:"waitTimeout,omitempty"`
@@ -105,54 +119,82 @@ type Renewal struct {
 // Credential is one key and certificate the agent keeps current.
 type Credential struct {
 	// Name is the certstore name in StateDir and the metric label.
-	Name       string `json:"name"`
+	Name string `json:"name"`
+	// SignerName is the CSR's spec.signerName, e.g.
+	// keyward.dev/node-daemons.
 	SignerName string `json:"signerName"`
 	// KeyType defaults to ECDSAP256.
-	KeyType       string   `json:"keyType,omitempty"`
-	CommonName    string   `json:"commonName,omitempty"`
+	KeyType string `json:"keyType,omitempty"`
+	// CommonName is the subject CN; ${NODE_NAME} is replaced by the node
+	// name.
+	CommonName string `json:"commonName,omitempty"`
+	// Organizations are the subject O values.
 	Organizations []string `json:"organizations,omitempty"`
-	DNSNames      []string `json:"dnsNames,omitempty"`
-	IPAddresses   []string `json:"ipAddresses,omitempty"`
-	URIs          []string `json:"uris,omitempty"`
+	// DNSNames are DNS SANs; ${NODE_NAME} is replaced by the node name.
+	DNSNames []string `json:"dnsNames,omitempty"`
+	// IPAddresses are IP SANs.
+	IPAddresses []string `json:"ipAddresses,omitempty"`
+	// URIs are URI SANs; ${NODE_NAME} is replaced by the node name.
+	URIs []string `json:"uris,omitempty"`
 	// Usages default to ["digital signature", "client auth"].
 	Usages []string `json:"usages,omitempty"`
 	// ExpirationSeconds, if set, is at least 600.
 	ExpirationSeconds *int32 `json:"expirationSeconds,omitempty"`
-	Output            Output `json:"output"`
+	// Output is where the credential's files are written.
+	Output Output `json:"output"`
 }
 
 // Output is where a credential's files go, written with atomicdir.
 type Output struct {
+	// Dir is the directory the files are written to, atomically as one set.
 	Dir string `json:"dir"`
 	// BundleFile (DefaultBundleFile) is KEP-4317's layout: PRIVATE KEY,
 	// then the chain, leaf first.
 	BundleFile string `json:"bundleFile,omitempty"`
 	// KeyFile and ChainFile are optional separate files in the same write.
-	KeyFile   string `json:"keyFile,omitempty"`
+	KeyFile string `json:"keyFile,omitempty"`
+	// ChainFile: see KeyFile (the chain, leaf first).
 	ChainFile string `json:"chainFile,omitempty"`
 	// Mode of every file (0600); UID and GID their owner (unchanged).
 	Mode *int32 `json:"mode,omitempty"`
-	UID  *int   `json:"uid,omitempty"`
-	GID  *int   `json:"gid,omitempty"`
+	// UID owns every file (unset: unchanged).
+	UID *int `json:"uid,omitempty"`
+	// GID is every file's group (unset: unchanged).
+	GID *int `json:"gid,omitempty"`
 }
 
 // Trust is one trust projection (a trust.Projector).
 type Trust struct {
 	// Name is the metric label.
-	Name                   string `json:"name"`
+	Name string `json:"name"`
+	// ClusterTrustBundleName selects the one ClusterTrustBundle of that
+	// name; exclusive with SignerName.
 	ClusterTrustBundleName string `json:"clusterTrustBundleName,omitempty"`
-	SignerName             string `json:"signerName,omitempty"`
-	Version                string `json:"version,omitempty"`
-	NodeLabel              string `json:"nodeLabel,omitempty"`
-	LabelDomain            string `json:"labelDomain,omitempty"`
-	Dir                    string `json:"dir"`
-	File                   string `json:"file,omitempty"`
-	Mode                   *int32 `json:"mode,omitempty"`
-	UID                    *int   `json:"uid,omitempty"`
-	GID                    *int   `json:"gid,omitempty"`
+	// SignerName selects the bundles of this signer name with the version
+	// label Version (or the NodeLabel value).
+	SignerName string `json:"signerName,omitempty"`
+	// Version is canary or live (the default), with SignerName.
+	Version string `json:"version,omitempty"`
+	// NodeLabel is a label on this Node whose value (canary or live) chooses
+	// the version, with SignerName.
+	NodeLabel string `json:"nodeLabel,omitempty"`
+	// LabelDomain is the domain of the <domain>/cluster-trust-bundle-version
+	// label (default keyward.dev).
+	LabelDomain string `json:"labelDomain,omitempty"`
+	// Dir is the directory the trust file is written to, atomically.
+	Dir string `json:"dir"`
+	// File is the trust file in Dir (default ca-bundle.pem).
+	File string `json:"file,omitempty"`
+	// Mode is the trust file's mode (default 0644).
+	Mode *int32 `json:"mode,omitempty"`
+	// UID owns the file (unset: unchanged).
+	UID *int `json:"uid,omitempty"`
+	// GID is the file's group (unset: unchanged).
+	GID *int `json:"gid,omitempty"`
 	// OnChange is a command (argv, no shell) run after the file changed,
 	// killed after OnChangeTimeout (30s).
-	OnChange        []string        `json:"onChange,omitempty"`
+	OnChange []string `json:"onChange,omitempty"`
+	// OnChangeTimeout bounds OnChange (default 30s).
 	OnChangeTimeout metav1.Duration `json:"onChangeTimeout,omitempty"`
 }
 

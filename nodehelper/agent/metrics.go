@@ -60,7 +60,34 @@ func newMetrics() *metrics {
 			Help: "Certificates in the trust file.",
 		}, []string{"trust"}),
 	}
-	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.expiration, m.renewals, m.renewErrors, m.trustWrites, m.trustUpdated, m.trustCerts)
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.collectors()...)
 	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.expiration, m.renewals, m.renewErrors, m.trustWrites, m.trustUpdated, m.trustCerts}
+}
+
+// expiredGauge is keyward_node_credential_expired{credential}: expired
+// reports 1 or 0.
+func expiredGauge(credential string, expired func() float64) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "keyward_node", Name: "credential_expired",
+		Help:        "1 while the credential's current certificate has expired, or none exists after the first try.",
+		ConstLabels: prometheus.Labels{"credential": credential},
+	}, expired)
+}
+
+// RegisterMetrics registers the agent's own series on reg (not the Go and
+// process collectors), with keyward_node_credential_expired for one
+// credential named credential; the metrics reference (deploy/observability)
+// reads them from there.
+func RegisterMetrics(reg prometheus.Registerer, credential string) error {
+	for _, c := range append(newMetrics().collectors(), expiredGauge(credential, func() float64 { return 0 })) {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

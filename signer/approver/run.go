@@ -105,6 +105,11 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 		return nil
 	}
+	leader := kubeclient.NewLeaderGauge(o.LeaseName)
+	if err := reg.Register(leader); err != nil {
+		return fmt.Errorf("registering the leader gauge: %w", err)
+	}
+	lead = kubeclient.Leading(leader, lead)
 	le := cfg.LeaderElection
 	if !*le.Enabled {
 		st.leading.Store(true)

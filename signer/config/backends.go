@@ -12,8 +12,11 @@ import (
 // Backends tunes the key backends. Every field is optional; what is left
 // out keeps the backend's default (docs/backends.md).
 type Backends struct {
+	// PKCS11 tunes pkcs11: key URIs (HSMs, SoftHSM2).
 	PKCS11 PKCS11Backend `json:"pkcs11,omitempty"`
+	// GCPKMS tunes gcpkms: key URIs (Google Cloud KMS).
 	GCPKMS GCPKMSBackend `json:"gcpkms,omitempty"`
+	// AWSKMS tunes awskms: key URIs (AWS KMS).
 	AWSKMS AWSKMSBackend `json:"awskms,omitempty"`
 }
 

@@ -65,13 +65,20 @@ func AllKeyTypes() []string { return slices.Clone(apiserverKeyTypes) }
 
 // SignerConfiguration is the whole file.
 type SignerConfiguration struct {
+	// APIVersion is keyward.dev/v1alpha1.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	// Kind is SignerConfiguration.
+	Kind string `json:"kind"`
 
-	KubeClient     KubeClient     `json:"kubeClient,omitempty"`
-	Workers        int            `json:"workers,omitempty"`
-	MetricsAddress string         `json:"metricsAddress,omitempty"`
-	HealthAddress  string         `json:"healthAddress,omitempty"`
+	// KubeClient says how to reach the apiserver.
+	KubeClient KubeClient `json:"kubeClient,omitempty"`
+	// Workers is the number of requests handled at once (default 4).
+	Workers int `json:"workers,omitempty"`
+	// MetricsAddress serves /metrics (default :9090).
+	MetricsAddress string `json:"metricsAddress,omitempty"`
+	// HealthAddress serves /healthz and /readyz (default :9091).
+	HealthAddress string `json:"healthAddress,omitempty"`
+	// LeaderElection makes one replica active through a Lease.
 	LeaderElection LeaderElection `json:"leaderElection,omitempty"`
 	// FailAfter turns an outage of a signer's CA key that has lasted this
 	// long (from its first failed signature; the next success ends it) into
@@ -91,20 +98,27 @@ type SignerConfiguration struct {
 	// process, under the same Lease (default enabled). Disable it only when
 	// another deployment publishes for these names.
 	TrustPublisher TrustPublisher `json:"trustPublisher,omitempty"`
-	Signers        []Signer       `json:"signers"`
+	// Signers are the signer names served and the policy of each; at least
+	// one.
+	Signers []Signer `json:"signers"`
 }
 
 // TrustPublisher configures the trust publisher run inside the signer.
 type TrustPublisher struct {
+	// Enabled runs the trust publisher (default true).
 	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // KubeClient says how to reach the apiserver.
 type KubeClient struct {
 	// Kubeconfig is a kubeconfig path; empty means in-cluster.
-	Kubeconfig string  `json:"kubeconfig,omitempty"`
-	QPS        float32 `json:"qps,omitempty"`
-	Burst      int     `json:"burst,omitempty"`
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// QPS bounds the requests per second to the apiserver (signer default
+	// 50, token service 300).
+	QPS float32 `json:"qps,omitempty"`
+	// Burst is the QPS limit's burst (signer default 100, token service
+	// 600).
+	Burst int `json:"burst,omitempty"`
 }
 
 // Events says which Kubernetes Events the signer records. Warnings
@@ -126,19 +140,37 @@ const DefaultEventsPerSecond = 10
 
 // LeaderElection configures the Lease that makes one replica active.
 type LeaderElection struct {
-	Enabled       *bool           `json:"enabled,omitempty"`
-	Namespace     string          `json:"namespace,omitempty"`
-	LeaseName     string          `json:"leaseName,omitempty"`
+	// Enabled turns leader election on (default true); off, every replica
+	// acts.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Namespace is the Lease's namespace (default keyward).
+	Namespace string `json:"namespace,omitempty"`
+	// LeaseName is the Lease's name (default keyward-signer; the token
+	// service's keyward-token-service).
+	LeaseName string `json:"leaseName,omitempty"`
+	// LeaseDuration is how long a lease is valid without renewal (default
+	// 15s).
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	// RenewDeadline is how long the leader retries renewing before it gives
+	// up leading (default 10s).
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
-	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+	// RetryPeriod is the wait between attempts to acquire or renew (default
+	// 2s).
+	RetryPeriod metav1.Duration `json:"retryPeriod,omitempty"`
 }
 
 // Signer is the policy for one signer name. Its CA generations are not
 // here: they live in the Authority object (keyward.dev/v1alpha1) that
 // names the signer (docs/rotation.md).
 type Signer struct {
-	Name    string `json:"name"`
+	// Name is the signer name, <domain>/<path> (e.g.
+	// keyward.dev/pod-identity); names in kubernetes.io and k8s.io are
+	// reserved except the three kubernetes.io CSR profiles' own.
+	Name string `json:"name"`
+	// Profile is what the name issues: podIdentity, spiffe or server
+	// (PodCertificateRequests), kubeAPIServerClient,
+	// kubeAPIServerClientKubelet, kubeletServing or csr
+	// (CertificateSigningRequests).
 	Profile string `json:"profile"`
 	// PodIdentity applies to the podIdentity profile.
 	PodIdentity *PodIdentity `json:"podIdentity,omitempty"`
@@ -160,8 +192,9 @@ type Signer struct {
 	Backdate *metav1.Duration `json:"backdate,omitempty"`
 	// UnverifiedUserAnnotations are the annotation keys this signer reads;
 	// a request carrying any other key is Denied.
-	UnverifiedUserAnnotations []string   `json:"unverifiedUserAnnotations,omitempty"`
-	RateLimits                RateLimits `json:"rateLimits,omitempty"`
+	UnverifiedUserAnnotations []string `json:"unverifiedUserAnnotations,omitempty"`
+	// RateLimits bound issuance per node and per namespace (default: none).
+	RateLimits RateLimits `json:"rateLimits,omitempty"`
 	// CSR states and bounds what a custom CertificateSigningRequest signer
 	// name issues (profile csr): KEP-1513's signer properties.
 	CSR *CSRPolicy `json:"csr,omitempty"`
@@ -204,13 +237,15 @@ type CSRPolicy struct {
 // names have built-in rules (docs/signers.md); these fields add to them.
 type Approval struct {
 	// Users and Groups may request (profile csr; deny by default).
-	Users  []string `json:"users,omitempty"`
+	Users []string `json:"users,omitempty"`
+	// Groups: see Users.
 	Groups []string `json:"groups,omitempty"`
 	// AllowedDNSSuffixes and AllowedIPRanges further restrict a kubelet
 	// serving CSR's SANs (each must also be one of the Node's
 	// status.addresses).
 	AllowedDNSSuffixes []string `json:"allowedDNSSuffixes,omitempty"`
-	AllowedIPRanges    []string `json:"allowedIPRanges,omitempty"`
+	// AllowedIPRanges: see AllowedDNSSuffixes (CIDRs).
+	AllowedIPRanges []string `json:"allowedIPRanges,omitempty"`
 	// NodeBound (profile csr) approves only requests from a node identity
 	// (system:node:<name>, group system:nodes) for names of that node:
 	// the subject CN and every DNS SAN hold <name> as whole DNS labels,
@@ -234,6 +269,8 @@ type PodIdentity struct {
 
 // SPIFFE configures the spiffe profile.
 type SPIFFE struct {
+	// TrustDomain is the SPIFFE trust domain of the issued
+	// spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccount> IDs.
 	TrustDomain string `json:"trustDomain"`
 }
 
@@ -250,7 +287,9 @@ type Server struct {
 
 // RateLimits bound issuance per node and per namespace.
 type RateLimits struct {
-	PerNode      *Rate `json:"perNode,omitempty"`
+	// PerNode is a token bucket per requesting node (spec.nodeName).
+	PerNode *Rate `json:"perNode,omitempty"`
+	// PerNamespace is a token bucket per namespace.
 	PerNamespace *Rate `json:"perNamespace,omitempty"`
 	// OnLimit is "delay" (default: requeue until a token is free) or "deny"
 	// (Denied with reason RateLimited).
@@ -259,8 +298,10 @@ type RateLimits struct {
 
 // Rate is a token bucket.
 type Rate struct {
-	QPS   float64 `json:"qps"`
-	Burst int     `json:"burst"`
+	// QPS is the rate tokens are added, per second (positive).
+	QPS float64 `json:"qps"`
+	// Burst is the bucket size (at least 1).
+	Burst int `json:"burst"`
 }
 
 // Defaults applied by Load.

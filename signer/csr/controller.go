@@ -136,11 +136,8 @@ func New(opts Options) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "keyward-csr"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keyward_csr_outcomes_total",
-			Help: "CertificateSigningRequests signed or marked Failed, by signer, outcome and reason.",
-		}, []string{"signer", "outcome", "reason"}),
-		events: rate.NewLimiter(rate.Limit(opts.EventsPerSecond), int(max(1, 10*opts.EventsPerSecond))),
+		outcomes: newOutcomes(),
+		events:   rate.NewLimiter(rate.Limit(opts.EventsPerSecond), int(max(1, 10*opts.EventsPerSecond))),
 	}
 	if opts.Metrics != nil {
 		if err := opts.Metrics.Register(c.outcomes); err != nil {
@@ -528,4 +525,18 @@ func (c *Controller) fail(ctx context.Context, s *signerState, csr *certv1.Certi
 		c.opts.Recorder.Event(cur, corev1.EventTypeWarning, v.Reason, kubemsg.Truncate("Failed: "+msg, kubemsg.MaxEventMessage))
 	}
 	return 0, nil
+}
+
+func newOutcomes() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keyward_csr_outcomes_total",
+		Help: "CertificateSigningRequests signed or marked Failed, by signer, outcome and reason.",
+	}, []string{"signer", "outcome", "reason"})
+}
+
+// RegisterMetrics registers the series the CertificateSigningRequest
+// controller exports on reg, as New does; the metrics reference
+// (deploy/observability) reads them from there.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	return reg.Register(newOutcomes())
 }

@@ -690,8 +690,7 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 	key, err := s.m.opts.Open(octx, g.KeyURI)
 	if err != nil {
 		msg := fmt.Sprintf("opening key %s: %v", uri.RedactURI(g.KeyURI), err)
-		var be *backends.Error
-		if errors.As(err, &be) && errors.Is(err, backends.ErrPermanent) && be.Part == "pin-source" {
+		if errors.Is(err, backends.ErrLoginRefused) {
 			// Every retry would be one more failed login, and HSMs lock
 			// the PIN after a few.
 			k.noRetry = true

@@ -93,10 +93,15 @@ type harness struct {
 	opened atomic.Int32
 	// pinRefused counts opens of a refusedPIN URI.
 	pinRefused atomic.Int32
+	// pinUnreadable counts opens of an unreadablePIN URI.
+	pinUnreadable atomic.Int32
 }
 
 // refusedPIN starts a key URI whose token refuses the PIN.
 const refusedPIN = "pkcs11:token=wrong-pin"
+
+// unreadablePIN starts a key URI whose PIN file cannot be read.
+const unreadablePIN = "pkcs11:token=no-pin-file"
 
 func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 	t.Helper()
@@ -131,7 +136,13 @@ func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) 
 				// What the pkcs11 backend returns when the token refuses
 				// the PIN (each attempt counts toward the token's lockout).
 				h.pinRefused.Add(1)
-				return nil, backends.Errorf(backends.ErrPermanent, "open", uri, "pin-source", "PIN incorrect: the token refused the PIN from this pin-source")
+				return nil, backends.Wrap(backends.ErrPermanent, "open", uri, "pin-source", fmt.Errorf("PIN incorrect: %w", backends.ErrLoginRefused))
+			}
+			if strings.HasPrefix(uri, unreadablePIN) {
+				// What the pkcs11 backend returns when the PIN file is not
+				// there (yet): no login was tried.
+				h.pinUnreadable.Add(1)
+				return nil, backends.Wrap(backends.ErrPermanent, "open", uri, "pin-source", errors.New("reading PIN file: no such file or directory"))
 			}
 			return reg.Open(ctx, backends.OpenRequest{URI: uri})
 		}})
@@ -535,6 +546,29 @@ func TestRefusedPINIsNotRetried(t *testing.T) {
 	fixed.Spec.Generations[1].KeyURI = refusedPIN + ";object=b?pin-source=file:/etc/other-pin"
 	h.watch.Modify(fixed)
 	eventually(t, "the new key URI tried", func() bool { return h.pinRefused.Load() == 2 })
+}
+
+// A PIN file that cannot be read (a Secret not mounted yet) cost no login:
+// the key is tried again like any other that failed to open, and its
+// keyCheck does not tell the operator to restart the signer.
+func TestUnreadablePINFileIsRetried(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	bad := testCA{uri: unreadablePIN + ";object=b?pin-source=file:/etc/pin", pem: b.pem}
+	obj := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", bad, v1alpha1.PhaseStaged, ""})
+	h := start(t, obj)
+	h.lead(t)
+	eventually(t, "b's key tried", func() bool { return h.pinUnreadable.Load() >= 1 })
+	again := obj.DeepCopy()
+	again.ResourceVersion = "10"
+	h.watch.Modify(again)
+	eventually(t, "b's key tried again", func() bool { return h.pinUnreadable.Load() >= 2 })
+	eventually(t, "keyCheck written", func() bool { return h.writer.count() >= 1 })
+	h.writer.mu.Lock()
+	kc := h.writer.last["generations"].([]map[string]any)[1]["keyCheck"].(v1alpha1.KeyCheck)
+	h.writer.mu.Unlock()
+	if kc.Ready || !strings.Contains(kc.Message, "reading PIN file") || strings.Contains(kc.Message, "restart the signer") {
+		t.Fatalf("keyCheck for an unreadable PIN file = %+v, want not ready, naming the PIN file, and no advice to restart (no login was refused)", kc)
+	}
 }
 
 // A cluster without the Authority CRD answers every list 404: the signer

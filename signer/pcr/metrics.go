@@ -125,3 +125,15 @@ func (m *Metrics) registerQueueGauges(depth, pending func() int) error {
 		Help: "PodCertificateRequests seen by this leader and not yet brought to a terminal status, wherever they wait (queue, retry backoff, rate limit, missing permission).",
 	}, func() float64 { return float64(pending()) }))
 }
+
+// RegisterMetrics registers every series the PodCertificateRequest
+// controller exports on reg, as NewMetrics and New do; the metrics reference
+// (deploy/observability) reads them from there.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	zero := func() int { return 0 }
+	return m.registerQueueGauges(zero, zero)
+}

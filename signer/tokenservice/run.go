@@ -216,6 +216,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return signer.LeadAll(ctx, runs)
 	}
+	leader := kubeclient.NewLeaderGauge(cfg.LeaderElection.LeaseName)
+	if err := reg.Register(leader); err != nil {
+		return fmt.Errorf("registering the leader gauge: %w", err)
+	}
+	lead = kubeclient.Leading(leader, lead)
 	if e := cfg.LeaderElection.Enabled; e != nil && !*e {
 		return lead(ctx)
 	}

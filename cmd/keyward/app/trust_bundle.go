@@ -7,11 +7,11 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/registrytoken"
 )
 
@@ -112,27 +112,7 @@ func replaceFile(path string, data []byte) (bool, error) {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return false, nil
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return false, fmt.Errorf("--output: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("--output: writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("--output: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("--output: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("--output: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := nodehelper.WriteFileAtomic(path, data, 0o644, true); err != nil {
 		return false, fmt.Errorf("--output: %w", err)
 	}
 	return true, nil

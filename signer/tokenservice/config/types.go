@@ -37,20 +37,28 @@ const (
 // TokenServiceConfiguration is the file `keyward token-service --config`
 // reads.
 type TokenServiceConfiguration struct {
+	// APIVersion is keyward.dev/v1alpha1.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	// Kind is TokenServiceConfiguration.
+	Kind string `json:"kind"`
 
-	KubeClient     signerconfig.KubeClient     `json:"kubeClient,omitempty"`
+	// KubeClient says how to reach the apiserver (default qps 300, burst
+	// 600).
+	KubeClient signerconfig.KubeClient `json:"kubeClient,omitempty"`
+	// LeaderElection makes one replica run the trust publisher (default
+	// Lease keyward/keyward-token-service); every replica serves tokens.
 	LeaderElection signerconfig.LeaderElection `json:"leaderElection,omitempty"`
-	Backends       signerconfig.Backends       `json:"backends,omitempty"`
+	// Backends tunes the key backends, as the signer's.
+	Backends signerconfig.Backends `json:"backends,omitempty"`
 
 	// Listen is the HTTPS endpoint registries name as their token realm
 	// and the credential provider plugin calls.
 	Listen Listen `json:"listen"`
-	// MetricsAddress and HealthAddress serve /metrics and /healthz,
-	// /readyz (plain HTTP, as the signer's).
+	// MetricsAddress serves /metrics (default :9092; plain HTTP, as the
+	// signer's).
 	MetricsAddress string `json:"metricsAddress,omitempty"`
-	HealthAddress  string `json:"healthAddress,omitempty"`
+	// HealthAddress serves /healthz and /readyz (default :9093).
+	HealthAddress string `json:"healthAddress,omitempty"`
 
 	// SignerName names the Authority (keyward.dev/v1alpha1) whose Active
 	// generation's key signs tokens; its generations rotate as a CA's do.
@@ -87,9 +95,13 @@ type TokenServiceConfiguration struct {
 // Listen is the token endpoint's TLS listener. The certificate and key
 // files are read again when they change.
 type Listen struct {
-	Address     string `json:"address,omitempty"` // default ":8443"
+	// Address is the host:port the endpoint listens on (default :8443).
+	Address string `json:"address,omitempty"`
+	// TLSCertFile is the serving certificate (PEM), e.g.
+	// /etc/keyward/tls/tls.crt.
 	TLSCertFile string `json:"tlsCertFile"`
-	TLSKeyFile  string `json:"tlsKeyFile"`
+	// TLSKeyFile is the serving key (PEM), e.g. /etc/keyward/tls/tls.key.
+	TLSKeyFile string `json:"tlsKeyFile"`
 }
 
 // Registry is one registry that trusts the token service.
