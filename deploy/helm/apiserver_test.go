@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/internal/promcrds"
 )
 
 // cp is the real kube-apiserver (Node,RBAC, NodeRestriction) of this test
@@ -32,7 +33,12 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
-		return controlplane.ApplyManifest(ctx, c.AdminConfig(), crds)
+		if err := controlplane.ApplyManifest(ctx, c.AdminConfig(), crds); err != nil {
+			return err
+		}
+		// The monitoring sample's ServiceMonitor, PodMonitor and
+		// PrometheusRule, judged by prometheus-operator's real CRDs.
+		return promcrds.Install(ctx, c.AdminConfig())
 	}))
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -330,4 +331,52 @@ func TestChartCRDsAreDeployCRDs(t *testing.T) {
 			t.Errorf("the chart's copy of %s differs or is missing (run make generate): %v", filepath.Base(w), err)
 		}
 	}
+}
+
+// With monitoring on, the ServiceMonitor selects every metrics Service by
+// its labels and port name, and the PodMonitor the node agent's pods.
+func TestMonitoringSelectsTheChartsMetricsEndpoints(t *testing.T) {
+	objs := objects(t, mustTemplate(t, samples(t)["monitoring"]))
+	sm := find(objs, "ServiceMonitor", "keyward")
+	pm := find(objs, "PodMonitor", "keyward-node-agent")
+	if sm == nil || pm == nil {
+		t.Fatal("the monitoring sample renders no ServiceMonitor keyward or PodMonitor keyward-node-agent")
+	}
+	smSel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	selected := map[string]bool{}
+	for _, o := range objs {
+		if o.GetKind() != "Service" || !labelsMatch(smSel, o.GetLabels()) {
+			continue
+		}
+		svc := convert[corev1.Service](t, o)
+		if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "metrics" }) {
+			t.Errorf("Service %s is selected but has no port named metrics", svc.Name)
+		}
+		selected[svc.Name] = true
+	}
+	for _, want := range []string{"keyward-signer-metrics", "keyward-approver-metrics"} {
+		if !selected[want] {
+			t.Errorf("the ServiceMonitor does not select Service %s", want)
+		}
+	}
+	pmSel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	agent := podTemplates(t, objs)["keyward-node-agent"]
+	if agent == nil || !labelsMatch(pmSel, agent.Labels) {
+		t.Fatalf("the PodMonitor's selector %v does not select the node agent's pods", pmSel)
+	}
+	if !slices.ContainsFunc(agent.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9465 }) {
+		t.Error("the node agent has no container port metrics 9465")
+	}
+}
+
+func labelsMatch(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
