@@ -169,7 +169,7 @@ with an approval section (signer/approver). */}}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
-  name: keyward-{{ .component }}
+  name: keyward-{{ .component }}-leader-election
   namespace: {{ include "keyward.namespace" .ctx }}
   labels:
     {{- include "keyward.labels" . | nindent 4 }}
@@ -187,14 +187,14 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: keyward-{{ .component }}
+  name: keyward-{{ .component }}-leader-election
   namespace: {{ include "keyward.namespace" .ctx }}
   labels:
     {{- include "keyward.labels" . | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
-  name: keyward-{{ .component }}
+  name: keyward-{{ .component }}-leader-election
 subjects:
 - kind: ServiceAccount
   name: keyward-{{ .component }}
