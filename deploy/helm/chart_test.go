@@ -380,3 +380,37 @@ func labelsMatch(selector, labels map[string]string) bool {
 	}
 	return true
 }
+
+// namespaceOverride moves every namespaced object, every RBAC subject and
+// the Leases the configurations name; cluster-scoped objects stay so.
+func TestNamespaceOverrideMovesEverything(t *testing.T) {
+	const ns = "certs"
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, []byte("namespaceOverride: "+ns+"\ntokenService: {enabled: true, config: {issuer: i.example.com, registries: [{service: r.example.com}], rules: [{namespaces: [\"*\"], repositories: [\"${namespace}/**\"]}]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, mustTemplate(t, f))
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true}
+	for _, o := range objs {
+		if clusterScoped[o.GetKind()] != (o.GetNamespace() == "") || (o.GetNamespace() != "" && o.GetNamespace() != ns) {
+			t.Errorf("%s %s is in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if got := s.(map[string]any)["namespace"]; got != ns {
+				t.Errorf("%s %s binds a subject in namespace %v", o.GetKind(), o.GetName(), got)
+			}
+		}
+	}
+	cfg, err := signerconfig.Parse(configMapData(t, objs, "keyward-signer-config", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := tokenconfig.Parse(configMapData(t, objs, "keyward-token-service-config", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaderElection.Namespace != ns || ts.LeaderElection.Namespace != ns {
+		t.Errorf("Leases in %s and %s, want %s", cfg.LeaderElection.Namespace, ts.LeaderElection.Namespace, ns)
+	}
+}

@@ -28,7 +28,8 @@ func TestBadValuesFailNamingTheField(t *testing.T) {
 		{"an unknown key type is refused", "signer: {signers: [{name: keyward.dev/x, profile: podIdentity, allowedKeyTypes: [RSA2048]}]}", "/signer/signers/0/allowedKeyTypes/0"},
 		{"a lifetime that is no duration is refused", "signer: {signers: [{name: keyward.dev/x, profile: podIdentity, maxLifetime: 1 day}]}", "/signer/signers/0/maxLifetime"},
 		{"no signer names at all are refused", "signer: {signers: []}", "/signer/signers"},
-		{"a token service without an issuer is refused", "tokenService: {enabled: true}", "tokenService.config.issuer"},
+		{"a token service without an issuer is refused", "tokenService: {enabled: true, config: {registries: [{service: r}], rules: [{namespaces: [a], repositories: [b]}]}}", "/tokenService/config/issuer"},
+		{"a token service without registries is refused", "tokenService: {enabled: true, config: {issuer: i, rules: [{namespaces: [a], repositories: [b]}]}}", "/tokenService/config/registries"},
 		{"an HSM library image without its module path is refused", "signer: {backend: {pkcs11Library: {image: registry.example.com/hsm:1}}}", "signer.backend.pkcs11Library.path"},
 		{"a pull policy that is no policy is refused", "image: {pullPolicy: Sometimes}", "/image/pullPolicy"},
 	}
