@@ -10,7 +10,17 @@ SHELL          := /bin/bash
 TEST_TIMEOUT   ?= 45m
 UNIT_PKGS       = $(shell $(GO) list ./... | grep -v /softhsm-tests)
 
+# Pinned CLIs the deploy tests run (`make tools`); tests find them through
+# these variables and fail with "run make tools" when they are missing.
+HELM_VERSION      := v3.22.0
+KUSTOMIZE_VERSION := v5.8.1
+TOOLS_DIR         := $(CURDIR)/bin/.tools
+HELM              := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+KUSTOMIZE         := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
+
 export KEYWARD_CACHE_DIR := $(CACHE_DIR)
+export KEYWARD_HELM      := $(CURDIR)/bin/helm
+export KEYWARD_KUSTOMIZE := $(CURDIR)/bin/kustomize
 
 .PHONY: help build registry test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
 
@@ -23,13 +33,13 @@ build: ## build bin/keyward
 registry: ## build bin/registry (CNCF Distribution's registry, token auth, local storage) for the demo
 	$(GO) build -o bin/registry ./hack/registry
 
-test: controlplane ## all tests: unit tests and softhsm-tests against a real kube-apiserver + etcd + SoftHSM2
+test: deps tools controlplane ## all tests: unit tests and softhsm-tests against a real kube-apiserver + etcd + SoftHSM2
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-test-unit: ## tests that need no control plane
+test-unit: tools ## tests that need no control plane
 	$(GO) test -count=1 $(UNIT_PKGS)
 
-test-e2e: controlplane ## only softhsm-tests (verbose)
+test-e2e: deps controlplane ## only softhsm-tests (verbose)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./softhsm-tests/...
 
 lint: verify-generate ## gofmt, go vet, and generated files up to date
@@ -45,6 +55,10 @@ CRD_TYPES      := ./kubeclient/authority/...
 $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
+
+# The base's RBAC (deploy/rbac) from the base's own configuration files.
+BASE_RBAC_FLAGS = --namespace keyward --signer-config deploy/kustomize/base/signer-config.yaml --approver \
+	--token-service-config deploy/kustomize/base/token-service-config.yaml --node-agent
 
 # promtool is pinned in hack/promtool, a module of its own (`go install
 # …/promtool@version` refuses Prometheus's go.mod, which has replace
@@ -63,6 +77,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kub
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
 	$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent -update
 	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
+	$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) > deploy/kustomize/base/rbac.yaml.tmp && mv deploy/kustomize/base/rbac.yaml.tmp deploy/kustomize/base/rbac.yaml
 	rm -f deploy/helm/keyward/files/crds/*.yaml && cp deploy/crds/*_*.yaml deploy/helm/keyward/files/crds/
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
@@ -74,14 +89,38 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 	@$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent >/dev/null || { echo "docs/metrics.md or the monitoring copies of deploy/observability are stale: run make generate"; exit 1; }
 	@$(GO) test ./internal/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
+	@$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) | diff -u deploy/kustomize/base/rbac.yaml - || { echo "deploy/kustomize/base/rbac.yaml is stale: run make generate"; exit 1; }
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cp deploy/crds/*_*.yaml $$tmp/ && \
 	diff -ru $$tmp deploy/helm/keyward/files/crds || { echo "the Helm chart's CRDs (deploy/helm/keyward/files/crds) are stale: run make generate"; exit 1; }
 
-demo: build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
+demo: deps build registry controlplane ## start kube-apiserver + etcd + a SoftHSM2 token; Ctrl-C stops and cleans up
 	./bin/keyward demo
 
-deps: ## install etcd-server, softhsm2 and gcc from Debian if missing
-	./hack/install-deps.sh
+deps: ## install etcd-server, softhsm2, gcc and openssl from Debian if missing (make demo and make test run it)
+	@./hack/install-deps.sh
+
+# $(PROMTOOL), where it is defined (deploy/observability's rules tests), has
+# its rule next to generate: make tools builds every pinned CLI the tests run.
+.PHONY: tools
+tools: $(HELM) $(KUSTOMIZE) $(PROMTOOL) ## build the pinned helm, kustomize and promtool CLIs into bin/ (once per pinned version)
+	@ln -sfn .tools/$(notdir $(HELM)) bin/helm
+	@ln -sfn .tools/$(notdir $(KUSTOMIZE)) bin/kustomize
+
+# Each CLI is built into a file named by its version, so a new pin builds
+# anew and the same pin never rebuilds; bin/helm and bin/kustomize link to
+# the current one. go install builds in module mode at the pinned version,
+# with the tool's own go.mod (keyward's go.mod is not involved).
+$(HELM):
+	@echo "tools: building helm $(HELM_VERSION)"
+	@rm -f $(TOOLS_DIR)/helm-*
+	GOBIN=$(TOOLS_DIR)/helm.tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_DIR)/helm.tmp/helm $@ && rmdir $(TOOLS_DIR)/helm.tmp
+
+$(KUSTOMIZE):
+	@echo "tools: building kustomize $(KUSTOMIZE_VERSION)"
+	@rm -f $(TOOLS_DIR)/kustomize-*
+	GOBIN=$(TOOLS_DIR)/kustomize.tmp $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv $(TOOLS_DIR)/kustomize.tmp/kustomize $@ && rmdir $(TOOLS_DIR)/kustomize.tmp
 
 controlplane: $(KUBE_APISERVER) ## build kube-apiserver $(KUBE_VERSION) into the cache (once per version)
 
@@ -89,10 +128,9 @@ controlplane: $(KUBE_APISERVER) ## build kube-apiserver $(KUBE_VERSION) into the
 # never rebuilds. The build lives in hack/tools so keyward's own module never
 # compiles Kubernetes.
 $(KUBE_APISERVER):
-	@echo "building kube-apiserver $(KUBE_VERSION) into $(CP_DIR) (5 to 10 minutes cold)"
+	@echo "building kube-apiserver $(KUBE_VERSION) into $(CP_DIR) (5 to 10 minutes cold; progress every 15s)"
 	@mkdir -p $(CP_DIR)
-	cd hack/tools && $(GO) build -o $(KUBE_APISERVER).tmp k8s.io/kubernetes/cmd/kube-apiserver
-	mv $(KUBE_APISERVER).tmp $(KUBE_APISERVER)
+	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_APISERVER)
 
 clean: ## remove bin/ (the control-plane cache stays)
 	rm -rf bin

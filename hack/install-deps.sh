@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs the system packages keyward's tests and demo need, if missing:
+# Installs the Debian packages keyward's tests and demo need, if missing:
 # etcd (Debian etcd-server), SoftHSM2, gcc for cgo (PKCS#11), and openssl
 # (signer/profile's interop test runs `openssl verify`; under CI it must).
+# `make demo`, `make test` and `make deps` run it; with everything installed
+# it prints one line and changes nothing. Without root and without sudo it
+# names the packages to install and fails.
 set -euo pipefail
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
@@ -13,7 +16,17 @@ if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
 SUDO=
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "deps: missing Debian packages: ${need[*]}; not root and no sudo: as root, run: apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  SUDO=sudo
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "deps: missing ${need[*]} (Debian package names) and no apt-get: install etcd, SoftHSM2, gcc and openssl with this system's package manager" >&2
+  exit 1
+fi
 echo "deps: installing ${need[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"

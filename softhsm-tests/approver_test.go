@@ -34,16 +34,17 @@ import (
 
 const approverServiceAccount = "keyward-approver"
 
-// installApproverRBAC applies deploy/kustomize/base/approver-rbac.yaml (the shipped
-// file, unchanged).
+// installApproverRBAC applies deploy/kustomize/base/rbac.yaml (the shipped,
+// generated file, which carries the approver's RBAC since deploy/rbac) again;
+// TestMain applied it with the test-only grants for per-test names.
 func installApproverRBAC(t *testing.T, ctx context.Context) {
 	t.Helper()
-	manifest, err := deploy.Base.ReadFile("kustomize/base/approver-rbac.yaml")
+	manifest, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		t.Fatalf("applying deploy/kustomize/base/approver-rbac.yaml: %v", err)
+		t.Fatalf("applying deploy/kustomize/base/rbac.yaml: %v", err)
 	}
 }
 
@@ -427,7 +428,7 @@ func TestApproverDecidesRealCSRs(t *testing.T) {
 // no HSM token or PIN.
 func TestApproverDeploymentApplies(t *testing.T) {
 	ctx := testContext(t)
-	for _, f := range []string{"kustomize/base/signer.yaml", "kustomize/base/approver-rbac.yaml", "kustomize/base/approver.yaml"} {
+	for _, f := range []string{"kustomize/base/signer.yaml", "kustomize/base/rbac.yaml", "kustomize/base/approver.yaml"} {
 		manifest, err := deploy.Base.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

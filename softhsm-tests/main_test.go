@@ -63,11 +63,18 @@ func run(m *testing.M) int {
 func installRBAC(c *controlplane.ControlPlane) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// rbac.yaml no longer carries the Namespace (namespace.yaml does).
+	if err := controlplane.EnsureNamespace(ctx, c.AdminClient(), signerNamespace); err != nil {
+		return err
+	}
 	manifest, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
 	if err != nil {
 		return err
 	}
-	return controlplane.ApplyManifest(ctx, c.AdminConfig(), manifest)
+	if err := controlplane.ApplyManifest(ctx, c.AdminConfig(), manifest); err != nil {
+		return err
+	}
+	return controlplane.ApplyManifest(ctx, c.AdminConfig(), []byte(testOnlyGrants))
 }
 
 // clientFor builds a clientset for cfg or fails the test.

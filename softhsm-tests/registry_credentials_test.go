@@ -835,8 +835,8 @@ func tlsConfigFor(pool *x509.CertPool) *tls.Config {
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
 
-// The token service's signer name and identity as the shipped manifest
-// (deploy/examples/registry-credentials/token-service.yaml) grants them.
+// The token service's signer name and identity as the shipped, generated
+// deploy/kustomize/base/rbac.yaml (applied by TestMain) grants them.
 const (
 	registryTokenSigner       = "keyward.dev/registry-token"
 	tokenServiceAccount       = "keyward-token-service"
@@ -844,9 +844,10 @@ const (
 )
 
 // tokenServiceKubeClient applies the shipped token service manifest (its
-// ServiceAccount and RBAC; the Deployment, Service and PDB stay inert
-// without controllers) and talks to the apiserver as that ServiceAccount,
-// so only the shipped RBAC grants the token service anything.
+// ConfigMap; the Deployment, Service and PDB stay inert without
+// controllers) and talks to the apiserver as its ServiceAccount, so only the
+// shipped RBAC (deploy/kustomize/base/rbac.yaml, applied by TestMain, plus
+// the test-only Lease grant for per-test Lease names) grants it anything.
 func tokenServiceKubeClient(t *testing.T, ctx context.Context) signerconfig.KubeClient {
 	t.Helper()
 	manifest, err := os.ReadFile(tokenServiceManifestsFile)

@@ -43,8 +43,10 @@ func (l *lockedBuffer) String() string {
 
 // The newcomer path: README → docs/approver.md → copy its custom-name
 // example (example.com/node-daemons) into the configuration, apply the
-// shipped deploy/kustomize/base/approver-rbac.yaml (which grants `approve` on
-// keyward.dev/* and the kubelet names only) and run `keyward approver`.
+// shipped deploy/kustomize/base/rbac.yaml without rendering it again for
+// the new name (it grants `approve` on the base's names only; TestMain's
+// test-only grants add keyward.dev/* and the kubelet names) and run
+// `keyward approver`.
 // Every approval is refused with 403; the approver retries with backoff up
 // to 1000 s, logs only at -v=2, and /readyz says ok: at default verbosity
 // the newcomer sees nothing at all.
@@ -52,8 +54,7 @@ func (l *lockedBuffer) String() string {
 // Fix: see signer/approver/review_test.go
 // (TestReviewForbiddenApprovalIsLoggedAtDefaultVerbosity): on a Forbidden
 // UpdateApproval, log at default verbosity naming the signer name and the
-// grant (`approve` on signers <name> or <domain>/*, deploy/kustomize/base/
-// approver-rbac.yaml); better still, check the grant at start with a
+// grant (`approve` on signers <name>, `keyward deploy rbac`); better still, check the grant at start with a
 // SelfSubjectAccessReview per signer name (as signer/pcr.PermissionGate
 // does for `sign`) and report it in the log and /readyz.
 func TestReviewApproverWithoutApproveGrantSaysSoAtDefaultVerbosity(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/deploy"
+	"github.com/keyward/keyward/deploy/rbac"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/softhsm"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -122,12 +122,15 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) error {
 		return fmt.Errorf("starting control plane: %w", err)
 	}
 	defer cp.Stop()
-	manifest, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
+	if err := controlplane.EnsureNamespace(ctx, cp.AdminClient(), rbac.DefaultNamespace); err != nil {
+		return err
+	}
+	manifest, err := demoRBAC()
 	if err != nil {
 		return err
 	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		return fmt.Errorf("applying deploy/kustomize/base/rbac.yaml: %w", err)
+		return fmt.Errorf("applying the demo's RBAC: %w", err)
 	}
 
 	admin := filepath.Join(dir, "admin.kubeconfig")
@@ -378,4 +381,13 @@ func requestPodCertificate(ctx context.Context, out io.Writer, node kubernetes.I
 	fmt.Fprintf(out, "  notBefore %s, beginRefreshAt %s, notAfter %s\n",
 		done.Status.NotBefore.UTC().Format(time.RFC3339), done.Status.BeginRefreshAt.UTC().Format(time.RFC3339), done.Status.NotAfter.UTC().Format(time.RFC3339))
 	return chain, nil
+}
+
+// demoRBAC renders the RBAC (deploy/rbac) for exactly the signer names the
+// demo configures: the signer's and approver's, and the token service's.
+func demoRBAC() ([]byte, error) {
+	cfg := &config.SignerConfiguration{Signers: []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity}, demoDaemonSignerConfig()}}
+	s, a := rbac.FromSignerConfig(cfg), rbac.ApproverFromSignerConfig(cfg)
+	return rbac.RenderYAML(rbac.Input{Namespace: rbac.DefaultNamespace, Signer: &s, Approver: &a,
+		TokenService: &rbac.TokenServiceInput{SignerName: demoTokenSigner, TrustPublisher: true}})
 }

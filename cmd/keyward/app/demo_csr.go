@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/keyward/keyward/deploy"
 	"github.com/keyward/keyward/internal/controlplane"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -152,17 +151,10 @@ func requestDaemonCertificate(ctx context.Context, out io.Writer, cp *controlpla
 }
 
 // startDemoApprover runs `keyward approver` on the demo's configuration as
-// its own service account (keyward/keyward-approver, the shipped
-// deploy/kustomize/base/approver-rbac.yaml) until ctx ends; the returned function
+// its own service account (keyward/keyward-approver, whose RBAC demoRBAC
+// rendered for the demo's names) until ctx ends; the returned function
 // stops it and waits.
 func startDemoApprover(ctx context.Context, out io.Writer, cp *controlplane.ControlPlane, cfg *config.SignerConfiguration, dir string) (func(), error) {
-	manifest, err := deploy.Base.ReadFile("kustomize/base/approver-rbac.yaml")
-	if err != nil {
-		return nil, err
-	}
-	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
-		return nil, fmt.Errorf("applying deploy/kustomize/base/approver-rbac.yaml: %w", err)
-	}
 	saCfg, err := cp.ServiceAccountConfig("keyward", "keyward-approver")
 	if err != nil {
 		return nil, err

@@ -3,8 +3,6 @@ package app
 
 import (
 	"flag"
-	"fmt"
-	"runtime/debug"
 
 	"github.com/keyward/keyward/backends/uri"
 	"github.com/spf13/cobra"
@@ -26,7 +24,7 @@ func NewCommand() *cobra.Command {
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(logFlags.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand(), newApproverCommand(), newTokenServiceCommand(), newCACommand(), newTrustCommand(), newNodeCommand(), newCredentialProviderCommand())
+	root.AddCommand(newVersionCommand(), newDemoCommand(), newKeyCommand(), newSignerCommand(), newApproverCommand(), newTokenServiceCommand(), newCACommand(), newTrustCommand(), newNodeCommand(), newCredentialProviderCommand(), newDeployCommand())
 	redactErrors(root)
 	return root
 }
@@ -54,19 +52,3 @@ type redactedError struct{ err error }
 
 func (e *redactedError) Error() string { return uri.Redact(e.err.Error()) }
 func (e *redactedError) Unwrap() error { return e.err }
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print keyward's version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "keyward", v)
-			return err
-		},
-	}
-}

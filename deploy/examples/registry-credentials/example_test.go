@@ -54,6 +54,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	registrycredentials "github.com/keyward/keyward/deploy/examples/registry-credentials"
+	"github.com/keyward/keyward/deploy/rbac"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/registrytoken"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
@@ -105,20 +106,41 @@ func documents(t *testing.T, data []byte) [][]byte {
 	}
 }
 
-// tokenServiceObjects decodes every document of token-service.yaml
+// tokenServiceObjects decodes every document of token-service.yaml and of
+// the RBAC deploy/rbac renders for its configuration (tokenServiceRBAC)
 // strictly (unknown or duplicate fields are errors) into client-go's types.
 func tokenServiceObjects(t *testing.T) []runtime.Object {
 	t.Helper()
+	return append(decodeStrict(t, "token-service.yaml", read(t, "token-service.yaml")),
+		decodeStrict(t, "the rendered RBAC", tokenServiceRBAC(t))...)
+}
+
+func decodeStrict(t *testing.T, what string, data []byte) []runtime.Object {
+	t.Helper()
 	dec := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, kjson.SerializerOptions{Yaml: true, Strict: true})
 	var objs []runtime.Object
-	for _, doc := range documents(t, read(t, "token-service.yaml")) {
+	for _, doc := range documents(t, data) {
 		obj, _, err := dec.Decode(doc, nil, nil)
 		if err != nil {
-			t.Fatalf("token-service.yaml: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		objs = append(objs, obj)
 	}
 	return objs
+}
+
+// tokenServiceRBAC is the token service's ServiceAccount and RBAC, as
+// `keyward deploy rbac --token-service-config` renders them for the
+// ConfigMap's configuration (token-service.yaml carries none).
+func tokenServiceRBAC(t *testing.T) []byte {
+	t.Helper()
+	_, cfg := tokenServiceConfig(t, decodeStrict(t, "token-service.yaml", read(t, "token-service.yaml")))
+	ts := rbac.FromTokenServiceConfig(cfg)
+	out, err := rbac.RenderYAML(rbac.Input{Namespace: namespace, TokenService: &ts})
+	if err != nil {
+		t.Fatalf("rendering the token service's RBAC: %v", err)
+	}
+	return out
 }
 
 func find[T runtime.Object](t *testing.T, objs []runtime.Object) []T {
@@ -520,6 +542,9 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 	admin := cp.AdminClient()
 	if err := controlplane.EnsureNamespace(ctx, admin, namespace); err != nil {
 		t.Fatal(err)
+	}
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), tokenServiceRBAC(t)); err != nil {
+		t.Fatalf("applying the rendered RBAC: %v", err)
 	}
 	manifest := read(t, "token-service.yaml")
 	if err := controlplane.DryRunManifest(ctx, cp.AdminConfig(), manifest); err != nil {

@@ -60,6 +60,9 @@ func TestTokenServiceRunsOnTheShippedRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), tokenServiceRBAC(t)); err != nil {
+		t.Fatal(err)
+	}
 	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), read(t, "token-service.yaml")); err != nil {
 		t.Fatal(err)
 	}

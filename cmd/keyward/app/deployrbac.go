@@ -1,0 +1,92 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/keyward/keyward/deploy/rbac"
+	"github.com/keyward/keyward/signer/config"
+	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/spf13/cobra"
+)
+
+type deployRBACOptions struct {
+	namespace            string
+	signerConfig         string
+	approver             bool
+	tokenServiceConfig   string
+	nodeAgent            bool
+	bootstrapAuthorities bool
+}
+
+func newDeployCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "deploy",
+		Short: "Generate deployment manifests",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newDeployRBACCommand())
+	return cmd
+}
+
+func newDeployRBACCommand() *cobra.Command {
+	o := &deployRBACOptions{}
+	cmd := &cobra.Command{
+		Use:   "rbac --namespace NS [--signer-config FILE] [--approver] [--token-service-config FILE] [--node-agent] [--bootstrap-authorities]",
+		Short: "Write the RBAC (ServiceAccounts, roles, bindings) keyward's components need for their configuration, as YAML",
+		Long: "Derives every permission from the configuration files: `sign` (and `attest`, for the trust publisher) on exactly\n" +
+			"the configured signer names, CSR verbs only with CSR signer names, `approve` only for the approver's names,\n" +
+			"and nothing on Secrets. See \"Permissions\" in docs/signer.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			in, err := o.input()
+			if err != nil {
+				return err
+			}
+			out, err := rbac.RenderYAML(in)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&o.namespace, "namespace", rbac.DefaultNamespace, "namespace of the ServiceAccounts and Leases")
+	cmd.Flags().StringVar(&o.signerConfig, "signer-config", "", "the signer's SignerConfiguration: renders the signer's RBAC")
+	cmd.Flags().BoolVar(&o.approver, "approver", false, "render `keyward approver`'s RBAC for the names it decides in --signer-config")
+	cmd.Flags().StringVar(&o.tokenServiceConfig, "token-service-config", "", "the token service's TokenServiceConfiguration: renders its RBAC")
+	cmd.Flags().BoolVar(&o.nodeAgent, "node-agent", false, "render the node agent's ServiceAccount (no bindings: it acts as its node)")
+	cmd.Flags().BoolVar(&o.bootstrapAuthorities, "bootstrap-authorities", false, "let the signer create Authorities (its init container runs `keyward ca init`)")
+	return cmd
+}
+
+func (o *deployRBACOptions) input() (rbac.Input, error) {
+	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent}
+	if o.approver && o.signerConfig == "" {
+		return in, fmt.Errorf("--approver needs --signer-config (the approver reads the signer's configuration)")
+	}
+	if o.bootstrapAuthorities && o.signerConfig == "" {
+		return in, fmt.Errorf("--bootstrap-authorities needs --signer-config")
+	}
+	if o.signerConfig != "" {
+		cfg, err := config.Load(o.signerConfig)
+		if err != nil {
+			return in, fmt.Errorf("reading --signer-config: %w", err)
+		}
+		s := rbac.FromSignerConfig(cfg)
+		s.BootstrapAuthorities = o.bootstrapAuthorities
+		in.Signer = &s
+		if o.approver {
+			a := rbac.ApproverFromSignerConfig(cfg)
+			in.Approver = &a
+		}
+	}
+	if o.tokenServiceConfig != "" {
+		cfg, err := tsconfig.Load(o.tokenServiceConfig)
+		if err != nil {
+			return in, fmt.Errorf("reading --token-service-config: %w", err)
+		}
+		t := rbac.FromTokenServiceConfig(cfg)
+		in.TokenService = &t
+	}
+	return in, nil
+}
