@@ -150,6 +150,11 @@ func (in *Input) validate() error {
 	if s := in.Signer; s != nil && len(s.PCRSigners)+len(s.CSRSigners) == 0 {
 		return fmt.Errorf("%w: the signer has no signer names", ErrInvalidInput)
 	}
+	if a := in.Approver; a != nil && len(a.Signers) == 0 {
+		// A rule on signers without resourceNames is `approve` on every
+		// signer name in the cluster.
+		return fmt.Errorf("%w: the approver has no signer names to decide (no csr signer with an approval section, and no kubelet names): leave the approver out", ErrInvalidInput)
+	}
 	if t := in.TokenService; t != nil && t.SignerName == "" {
 		return fmt.Errorf("%w: the token service has no signer name", ErrInvalidInput)
 	}

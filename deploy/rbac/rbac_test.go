@@ -188,6 +188,7 @@ func TestRenderRefusesInvalidInput(t *testing.T) {
 		{"an empty namespace is refused", Input{Signer: &SignerInput{PCRSigners: []string{"keyward.dev/a"}}}},
 		{"a signer without names is refused", Input{Namespace: "keyward", Signer: &SignerInput{}}},
 		{"a token service without a signer name is refused", Input{Namespace: "keyward", TokenService: &TokenServiceInput{}}},
+		{"an approver without names is refused (approve without resourceNames is approve on every name)", Input{Namespace: "keyward", Approver: &ApproverInput{}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
