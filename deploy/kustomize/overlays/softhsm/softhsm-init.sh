@@ -9,10 +9,14 @@
 #     that generation with that key (`keyward ca init --skip-if-present`; the
 #     same generation with another key is an error).
 # Environment: TOKEN_LABEL, GENERATION, SIGNERS (space-separated signer
-# names); optional MODULE, PIN_FILE, SO_PIN_FILE, CONFIG, KEYWARD (the
-# defaults are the overlay's paths).
+# names; empty: only the token); optional MODULE, PIN_FILE, SO_PIN_FILE,
+# CONFIG, KEYWARD (the defaults are the overlay's paths).
+# The one copy of this script: `make generate` copies it into the Helm
+# chart (deploy/helm/keyward/files/softhsm-init.sh), whose softhsm backend
+# runs it the same way.
 set -eu
-: "${TOKEN_LABEL:?}" "${GENERATION:?}" "${SIGNERS:?}"
+: "${TOKEN_LABEL:?}" "${GENERATION:?}"
+SIGNERS=${SIGNERS-}
 MODULE=${MODULE:-/usr/lib/softhsm/libsofthsm2.so}
 PIN_FILE=${PIN_FILE:-/etc/keyward/hsm/pin}
 SO_PIN_FILE=${SO_PIN_FILE:-/etc/keyward/softhsm/so-pin}
