@@ -268,7 +268,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		// name (at default verbosity) and look again at a steady pace.
 		if c.tellOnce("forbidden/" + key.signer) {
 			klog.FromContext(ctx).Error(err, "The apiserver refused the approver: grant its identity approve on certificates.k8s.io signers "+key.signer+
-				" (or <domain>/*), update on certificatesigningrequests/approval, get on nodes and create on subjectaccessreviews (deploy/kustomize/base/approver-rbac.yaml)",
+				", update on certificatesigningrequests/approval, get on nodes and create on subjectaccessreviews (keyward deploy rbac --approver renders them from the signer configuration; deploy/kustomize/base/rbac.yaml)",
 				"signer", key.signer, "csr", key.name)
 		}
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()

@@ -45,7 +45,7 @@ func defaultVerbosityLog(t *testing.T, c *Controller, csr *certificatesv1.Certif
 // UpdateApproval error is apierrors.IsForbidden, log at default verbosity
 // (once per signer name, like pcr.PermissionGate.Refused) naming the signer
 // name and the missing grant ("grant approve on signers <name> and update
-// on certificatesigningrequests/approval; see deploy/kustomize/base/approver-rbac.yaml"),
+// on certificatesigningrequests/approval; see deploy/kustomize/base/rbac.yaml"),
 // and wait (waitError, e.g. 30 s) instead of exponential backoff.
 func TestReviewForbiddenApprovalIsLoggedAtDefaultVerbosity(t *testing.T) {
 	c, client, _ := newTestController(t, nil)
