@@ -171,9 +171,10 @@ csrsigning controller). Before configuring keyward for one of them:
   and kubernetes.io/kube-apiserver-client-kubelet, and
   ` + "`--kubelet-certificate-authority`" + ` for kubernetes.io/kubelet-serving;
 - grant the signer's ClusterRole ` + "`sign`" + ` on the name, and ` + "`attest`" + ` if the trust
-  publisher runs in the signer (it publishes the name's ClusterTrustBundles);
-  the shipped role covers keyward.dev/* only, deploy/kustomize/base/rbac.yaml has a
-  commented example. The same holds for a custom name outside keyward.dev.
+  publisher runs in the signer (it publishes the name's ClusterTrustBundles):
+  ` + "`keyward deploy rbac --signer-config FILE`" + ` renders exact grants for every
+  name in the configuration (deploy/kustomize/base/rbac.yaml is its output for
+  the base's names; the Helm chart renders the same from its values).
   Never grant the signer ` + "`approve`" + `: approving is the approver's, under its
   own identity.
 
