@@ -36,13 +36,7 @@ func evaluate(a *v1alpha1.Authority, now time.Time, parsed parsedGenerations) Pl
 		g := &a.Status.Generations[i]
 		e.observed[g.Name] = g
 	}
-	e.soak, e.window = DefaultCanarySoak, DefaultPropagationWindow
-	if d := a.Spec.Gates.CanarySoak; d != nil {
-		e.soak = d.Duration
-	}
-	if d := a.Spec.Gates.PropagationWindow; d != nil {
-		e.window = d.Duration
-	}
+	e.soak, e.window = GateDurations(a)
 	var plan Plan
 	plan.Override, plan.OverrideErr = ParseOverride(a)
 	e.override = plan.Override

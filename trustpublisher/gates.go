@@ -29,6 +29,22 @@ const (
 	DefaultPropagationWindow = 5 * time.Minute
 )
 
+// GateDurations are a's canary soak and propagation window: its spec.gates,
+// else the defaults (also for a nil a, an Authority not created yet).
+func GateDurations(a *v1alpha1.Authority) (soak, window time.Duration) {
+	soak, window = DefaultCanarySoak, DefaultPropagationWindow
+	if a == nil {
+		return soak, window
+	}
+	if d := a.Spec.Gates.CanarySoak; d != nil {
+		soak = d.Duration
+	}
+	if d := a.Spec.Gates.PropagationWindow; d != nil {
+		window = d.Duration
+	}
+	return soak, window
+}
+
 // Step is where one generation stands at one instant and what it does next.
 type Step struct {
 	Generation string

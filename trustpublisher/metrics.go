@@ -136,13 +136,7 @@ func (m *metrics) clear(signer string) {
 // and the leaves the old generation signed must run out (its
 // lastIssuedNotAfter, as of now).
 func rotationLeadTime(a *v1alpha1.Authority, now time.Time) time.Duration {
-	soak, window := DefaultCanarySoak, DefaultPropagationWindow
-	if d := a.Spec.Gates.CanarySoak; d != nil {
-		soak = d.Duration
-	}
-	if d := a.Spec.Gates.PropagationWindow; d != nil {
-		window = d.Duration
-	}
+	soak, window := GateDurations(a)
 	lead := soak + window
 	for _, g := range a.Status.Generations {
 		if g.Phase == v1alpha1.PhaseActive && g.LastIssuedNotAfter != nil && g.LastIssuedNotAfter.After(now) {

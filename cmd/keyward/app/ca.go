@@ -189,17 +189,8 @@ type target struct {
 // windows are the rotation windows the Authority's gates set, else the
 // CRD's defaults.
 func (t target) windows() cacert.Windows {
-	// The CRD's defaults when no Authority exists yet.
-	w := cacert.Windows{CanarySoak: trustpublisher.DefaultCanarySoak, PropagationWindow: trustpublisher.DefaultPropagationWindow}
-	if t.existing != nil {
-		if g := t.existing.Spec.Gates.CanarySoak; g != nil {
-			w.CanarySoak = g.Duration
-		}
-		if g := t.existing.Spec.Gates.PropagationWindow; g != nil {
-			w.PropagationWindow = g.Duration
-		}
-	}
-	return w
+	soak, window := trustpublisher.GateDurations(t.existing)
+	return cacert.Windows{CanarySoak: soak, PropagationWindow: window}
 }
 
 // resolve finds the signer's Authority (or the name of the one to create)

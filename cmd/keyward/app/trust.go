@@ -608,10 +608,7 @@ func (o *trustEmergencyOptions) run(ctx context.Context, out io.Writer, ref stri
 }
 
 func printBlastRadius(w io.Writer, a *v1alpha1.Authority, bad, good string, goodStep trustpublisher.Step, now time.Time) {
-	window := trustpublisher.DefaultPropagationWindow
-	if d := a.Spec.Gates.PropagationWindow; d != nil {
-		window = d.Duration
-	}
+	_, window := trustpublisher.GateDurations(a)
 	var badSt, goodSt v1alpha1.GenerationStatus
 	for _, g := range a.Status.Generations {
 		switch g.Name {
