@@ -147,6 +147,9 @@ func (in *Input) validate() error {
 	if in.Namespace == "" {
 		return fmt.Errorf("%w: namespace is empty", ErrInvalidInput)
 	}
+	if in.Signer == nil && in.Approver == nil && in.TokenService == nil && !in.NodeAgent {
+		return fmt.Errorf("%w: no component to render (a signer, an approver, a token service or the node agent)", ErrInvalidInput)
+	}
 	if s := in.Signer; s != nil && len(s.PCRSigners)+len(s.CSRSigners) == 0 {
 		return fmt.Errorf("%w: the signer has no signer names", ErrInvalidInput)
 	}

@@ -188,6 +188,7 @@ func TestRenderRefusesInvalidInput(t *testing.T) {
 		{"an empty namespace is refused", Input{Signer: &SignerInput{PCRSigners: []string{"keyward.dev/a"}}}},
 		{"a signer without names is refused", Input{Namespace: "keyward", Signer: &SignerInput{}}},
 		{"a token service without a signer name is refused", Input{Namespace: "keyward", TokenService: &TokenServiceInput{}}},
+		{"an input with no component is refused (it would render nothing and look like success)", Input{Namespace: "keyward"}},
 		{"an approver without names is refused (approve without resourceNames is approve on every name)", Input{Namespace: "keyward", Approver: &ApproverInput{}}},
 	}
 	for _, tc := range cases {

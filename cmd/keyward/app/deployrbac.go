@@ -61,6 +61,9 @@ func newDeployRBACCommand() *cobra.Command {
 
 func (o *deployRBACOptions) input() (rbac.Input, error) {
 	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent}
+	if o.signerConfig == "" && o.tokenServiceConfig == "" && !o.nodeAgent {
+		return in, fmt.Errorf("nothing to render: give --signer-config, --token-service-config or --node-agent")
+	}
 	if o.approver && o.signerConfig == "" {
 		return in, fmt.Errorf("--approver needs --signer-config (the approver reads the signer's configuration)")
 	}

@@ -46,3 +46,12 @@ func TestDeployRBACErrorsNameTheFileAndField(t *testing.T) {
 		t.Fatalf("error %v, want one naming bad.yaml and the field colour", err)
 	}
 }
+
+// With no configuration and no --node-agent there is nothing to render: an
+// error, not a header with no objects and exit 0.
+func TestDeployRBACWithNothingToRenderFails(t *testing.T) {
+	out, err := runDeployRBAC(t)
+	if err == nil || !strings.Contains(err.Error(), "--signer-config") {
+		t.Fatalf("deploy rbac with no input: output %q, error %v; want an error naming --signer-config", out, err)
+	}
+}
