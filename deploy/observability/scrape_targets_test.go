@@ -37,7 +37,7 @@ func hasPort(ports []any, name string) bool {
 }
 
 // The base with the monitoring component builds, and what it scrapes is
-// there to scrape: each metrics Service of SHIP.md that the base carries
+// there to scrape: each metrics Service of SHIP.md (all in the base)
 // matches the ServiceMonitor and has a port named metrics, and the node
 // agent's pods match the PodMonitor and name their metrics port.
 func TestMonitoringComponentFitsTheBase(t *testing.T) {
@@ -45,9 +45,11 @@ func TestMonitoringComponentFitsTheBase(t *testing.T) {
 	services := monitorSelector(t, objs, "ServiceMonitor")
 	pods := monitorSelector(t, objs, "PodMonitor")
 	metricsServices := map[string]bool{"keyward-signer-metrics": true, "keyward-approver-metrics": true, "keyward-token-service": true}
+	seen := map[string]bool{}
 	for _, o := range objs {
 		switch {
 		case o.GetKind() == "Service" && metricsServices[o.GetName()]:
+			seen[o.GetName()] = true
 			if !services.Matches(labels.Set(o.GetLabels())) {
 				t.Errorf("Service %s (labels %v) is not selected by the ServiceMonitor (%s)", o.GetName(), o.GetLabels(), services)
 			}
@@ -56,6 +58,7 @@ func TestMonitoringComponentFitsTheBase(t *testing.T) {
 				t.Errorf("Service %s has no port named metrics", o.GetName())
 			}
 		case o.GetKind() == "DaemonSet" && o.GetName() == "keyward-node-agent":
+			seen[o.GetName()] = true
 			podLabels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
 			if !pods.Matches(labels.Set(podLabels)) {
 				t.Errorf("the node agent's pods (labels %v) are not selected by the PodMonitor (%s)", podLabels, pods)
@@ -75,6 +78,13 @@ func TestMonitoringComponentFitsTheBase(t *testing.T) {
 			if o.GetNamespace() != "keyward" {
 				t.Errorf("%s %s is in namespace %q, want keyward", o.GetKind(), o.GetName(), o.GetNamespace())
 			}
+		}
+	}
+	// The base carries every scrape target: a renamed one must fail here,
+	// not leave the checks above with nothing to check.
+	for _, name := range []string{"keyward-signer-metrics", "keyward-approver-metrics", "keyward-token-service", "keyward-node-agent"} {
+		if !seen[name] {
+			t.Errorf("the base has no %s to scrape", name)
 		}
 	}
 }
