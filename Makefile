@@ -141,7 +141,7 @@ BENCH_COUNT ?= 5
 BENCH_OUT   ?= docs/bench
 BURST_COUNT ?= 2
 
-.PHONY: bench bench-tokens
+.PHONY: bench bench-tokens bench-results
 bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.txt; see docs/benchmarks.md
 	@mkdir -p $(BENCH_OUT)
 	@# One round per go test run, so that raw and keyward alternate and the VM's drift hits both alike.
@@ -153,6 +153,9 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
 	$(GO) build -o bin/keyward ./cmd/keyward
 	for i in $$(seq $(BURST_COUNT)); do KEYWARD_BURST_BINARY=$(CURDIR)/bin/keyward $(GO) test -run '^$$' -bench Burst10k -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/burst.txt
+
+bench-results: ## judge docs/bench/*.txt against docs/bench/targets.yaml: docs/bench/results.json and the table in docs/benchmarks.md
+	$(GO) run ./hack/benchresults -commit "$$(git rev-parse --short HEAD 2>/dev/null)"
 
 bench-tokens: controlplane ## the registry token service's issuance rate and latency ($(BENCH_COUNT) rounds) into $(BENCH_OUT)/tokenservice.txt
 	@mkdir -p $(BENCH_OUT)
