@@ -77,11 +77,11 @@ func BenchmarkPCRCacheMemory(b *testing.B) {
 	node := nodeClient(b, w.Node.Name)
 	keyURI, caFile, _ := caInToken(b, "ca-"+uniqueName(b, "mem"))
 	cfg := baseConfig(b, signerConfig(b, name, config.ProfilePodIdentity, keyURI, caFile))
-	cfg.Workers = benchWorkers
+	cfg.Workers = benchCreators
 
 	base := heapInUse()
 	s := runSigner(b, cfg, "mem")
-	parallel(n, benchWorkers, func(int) {
+	parallel(n, benchCreators, func(int) {
 		p, _ := newPCR(b, w, name)
 		if _, err := node.CertificatesV1().PodCertificateRequests(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			b.Error(err)

@@ -247,7 +247,7 @@ func TestSoftHSMKeySignsAndVerifies(t *testing.T) {
 // trustPublisherClient authenticates as a user that may publish
 // ClusterTrustBundles for keyward.dev signers and do nothing else: `attest`
 // on those signer names and writes of ClusterTrustBundles.
-func trustPublisherClient(t *testing.T) kubernetes.Interface {
+func trustPublisherClient(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	ctx := testContext(t)
 	const user = "keyward-test-trust-publisher"

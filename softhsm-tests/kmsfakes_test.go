@@ -22,7 +22,7 @@ type kmsFakes struct {
 }
 
 // startKMSFakes starts both fakes for the test (closed when it ends).
-func startKMSFakes(t *testing.T) *kmsFakes {
+func startKMSFakes(t testing.TB) *kmsFakes {
 	t.Helper()
 	gcp, err := gcpkmsfake.Start(gcpkmsfake.Options{})
 	if err != nil {

@@ -80,7 +80,7 @@ func (p *signerProcess) Stop() {
 }
 
 // startSignerProcess runs the test binary as a signer replica with cfg.
-func startSignerProcess(t *testing.T, cfg *config.SignerConfiguration, identity string) *signerProcess {
+func startSignerProcess(t testing.TB, cfg *config.SignerConfiguration, identity string) *signerProcess {
 	t.Helper()
 	data, err := yaml.Marshal(cfg)
 	if err != nil {

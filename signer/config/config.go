@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -72,7 +73,11 @@ type SignerConfiguration struct {
 
 	// KubeClient says how to reach the apiserver.
 	KubeClient KubeClient `json:"kubeClient,omitempty"`
-	// Workers is the number of requests handled at once (default 4).
+	// Workers is the number of requests handled at once (default 4). Each
+	// worker waits for one CA-key signature at a time, so size it to the
+	// peak issuance rate times the key's signing latency, doubled for the
+	// status write: a KMS key answering in 20 ms at 400 PCRs/s wants 16
+	// (docs/benchmarks.md measures this rule).
 	Workers int `json:"workers,omitempty"`
 	// MetricsAddress serves /metrics (default :9090).
 	MetricsAddress string `json:"metricsAddress,omitempty"`
@@ -314,6 +319,13 @@ const (
 	MinLifetime         = time.Hour
 	MaxBackdate         = 5 * time.Minute
 )
+
+// WorkersFor is the sizing rule of the workers field: enough workers that
+// peakPerSecond requests can each wait signLatency for the CA key with the
+// status write on top (twice peak × latency), never fewer than the default.
+func WorkersFor(peakPerSecond float64, signLatency time.Duration) int {
+	return max(DefaultWorkers, int(math.Ceil(2*peakPerSecond*signLatency.Seconds())))
+}
 
 // Load reads, strictly decodes, defaults and validates a configuration file.
 func Load(path string) (*SignerConfiguration, error) {

@@ -171,3 +171,21 @@ func checkRefused(t *testing.T, data, wantField string) {
 		t.Fatalf("error %q shows the PIN", err)
 	}
 }
+
+func TestWorkersFor(t *testing.T) {
+	for _, tc := range []struct {
+		rate    float64
+		latency time.Duration
+		want    int
+	}{
+		{400, 20 * time.Millisecond, 16},
+		{100, 100 * time.Millisecond, 20},
+		{1000, 200 * time.Microsecond, config.DefaultWorkers}, // a local key: the default
+		{0, time.Second, config.DefaultWorkers},
+		{401, 20 * time.Millisecond, 17}, // rounds up
+	} {
+		if got := config.WorkersFor(tc.rate, tc.latency); got != tc.want {
+			t.Errorf("WorkersFor(%v, %v) = %d, want %d", tc.rate, tc.latency, got, tc.want)
+		}
+	}
+}
