@@ -1,6 +1,7 @@
 package pcr
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/x509"
@@ -47,6 +48,27 @@ func FuzzPublicKey(f *testing.F) {
 		f.Add(stub[:len(stub)/2], der[:len(der)-1], proof[1:], "") // truncated
 	}
 	f.Add([]byte{0x30, 0x00}, []byte{0x30, 0x00}, []byte{}, "")
+	// Stubs whose key crypto/x509 cannot use: their signatures no longer
+	// verify, which keyward leaves to the apiserver. The ECDSA key's
+	// algorithm OID 1.2.840.10045.2.1 made 2.2 (unknown: the key parses
+	// as nil) and the Ed25519 one made X25519 (1.3.101.110, also nil).
+	for kt, swap := range map[string][2][]byte{
+		nodehelper.KeyTypeECDSAP256: {{0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01}, {0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x02}},
+		nodehelper.KeyTypeED25519:   {{0x06, 0x03, 0x2b, 0x65, 0x70}, {0x06, 0x03, 0x2b, 0x65, 0x6e}},
+	} {
+		key, err := nodehelper.GenerateKey(kt)
+		if err != nil {
+			f.Fatal(err)
+		}
+		stub, err := nodehelper.NewStubPKCS10Request(key)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if !bytes.Contains(stub, swap[0]) {
+			f.Fatalf("no algorithm OID %x in the %s stub", swap[0], kt)
+		}
+		f.Add(bytes.Replace(stub, swap[0], swap[1], 1), []byte(nil), []byte(nil), popPodUID)
+	}
 	signer := &signerState{Signer: &Signer{Name: "keyward.dev/unit", AllowedKeyTypes: config.AllKeyTypes()}}
 	f.Fuzz(func(t *testing.T, stub, der, proof []byte, podUID string) {
 		beta := decodeV1beta1(&certv1beta1.PodCertificateRequest{Spec: certv1beta1.PodCertificateRequestSpec{
