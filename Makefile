@@ -162,6 +162,10 @@ bench-tokens: controlplane ## the registry token service's issuance rate and lat
 	$(GO) test -run '^$$' -bench TokenService -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/tokenservice.txt
 
 FUZZTIME ?= 30s
+# A new input that widens coverage is minimized for up to this long, inside
+# FUZZTIME; at go's default (60s) one big input (a configuration file, an
+# oversize annotation) takes the whole run and nothing else is tried.
+FUZZMINIMIZETIME ?= 2s
 
 # package:target, run one after another (a fuzz run takes every core it is
 # given; two at once only halve each other). docs/fuzzing.md says what each
@@ -182,5 +186,5 @@ fuzz: ## run each fuzz target for $(FUZZTIME), one after another (docs/fuzzing.m
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
 	done
