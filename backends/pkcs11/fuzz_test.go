@@ -27,6 +27,7 @@ func FuzzParseLocation(f *testing.F) {
 		"pkcs11:?token=t&object=o&module-path=" + mod + "&pin-source=file:/p",
 		"pkcs11:token=t;object=o;pin-value=s3cr3t-1234?module-path=" + mod,
 		"pkcs11:token=t;object=o?module-path=" + mod + "&pin-source=file:/p&pin-value=s3cr3t;5678",
+		"pkcs11:token=t;object=o;pin-value =s3cr3t-9876?module-path=" + mod + "&pin-source=file:/p",
 		"pkcs11://token=t;object=o?module-path=" + mod + "&pin-source=file:/p",
 		"pkcs11:slot-id=0;object=o?module-path=" + mod + "&pin-source=file:/p",
 		"pkcs11:token=t;object=o?module-path=/tmp/evil.so&pin-source=file:/p",

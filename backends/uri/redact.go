@@ -238,11 +238,12 @@ func IsSecret(name string) bool {
 	return normalize(name) != "pinsource" && secret(name, "x")
 }
 
-// normalize lower-cases name and drops '-', '_' and '.'.
+// normalize lower-cases name and drops '-', '_', '.' and white space (a
+// name typed as " pin-value " is still pin-value, as RedactURI reads it).
 func normalize(name string) string {
 	return strings.Map(func(r rune) rune {
 		switch r {
-		case '-', '_', '.':
+		case '-', '_', '.', ' ', '\t':
 			return -1
 		}
 		if r >= 'A' && r <= 'Z' {
@@ -264,7 +265,7 @@ func RedactURI(s string) string {
 		switch {
 		case inSecret && eq < 0 && seg != "":
 			// The rest of a secret whose separator was not escaped.
-		case eq >= 0 && secret(nameBefore(seg, eq), seg[eq+1:]):
+		case eq >= 0 && secret(segmentName(seg[:eq]), seg[eq+1:]):
 			b.WriteString(seg[:eq+1] + Redacted)
 			inSecret = true
 		default:
@@ -287,6 +288,14 @@ func RedactURI(s string) string {
 	}
 	segment(s[start:])
 	return Redact(redactURIUserinfo(b.String()))
+}
+
+// segmentName is the attribute name of a URI segment whose '=' follows
+// head: white space before the '=' is a typo, not the end of the name, so
+// "pin-value =1234" is read as pin-value (and its value hidden).
+func segmentName(head string) string {
+	head = strings.TrimRight(head, " \t")
+	return nameBefore(head, len(head))
 }
 
 // redactURIUserinfo hides the user information of every "scheme://…@host"

@@ -85,6 +85,8 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 		{"pkcs11:token=a;pin-value=12;34;object=b?module-path=/m.so", "34"},
 		{"pkcs11:token=a;object=b?module-path=/m.so&PIN-VALUE=99\t88", "88"},
 		{"awskms:region=x?endpoint=https://user:p w@h", "p w"},
+		{"pkcs11:token=a;object=b;pin-value =1234?module-path=/m.so", "1234"}, // found by FuzzParseLocation
+		{"pkcs11:token=a;object=b?module-path=/m.so& pin-value\t=5678", "5678"},
 	} {
 		got := RedactURI(tc.in)
 		if strings.Contains(got, tc.secret) {
