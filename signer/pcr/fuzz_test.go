@@ -25,15 +25,20 @@ import (
 // round-trips through PKIX DER; check then denies or passes with a reason,
 // never panics.
 func FuzzPublicKey(f *testing.F) {
-	for _, kt := range []string{nodehelper.KeyTypeECDSAP256, nodehelper.KeyTypeECDSAP384, nodehelper.KeyTypeED25519} {
+	kts := []string{nodehelper.KeyTypeECDSAP256, nodehelper.KeyTypeECDSAP384, nodehelper.KeyTypeED25519}
+	keys, stubs := map[string]crypto.Signer{}, map[string][]byte{}
+	for _, kt := range kts {
 		key, err := nodehelper.GenerateKey(kt)
 		if err != nil {
 			f.Fatal(err)
 		}
-		stub, err := nodehelper.NewStubPKCS10Request(key)
-		if err != nil {
+		if stubs[kt], err = nodehelper.NewStubPKCS10Request(key); err != nil {
 			f.Fatal(err)
 		}
+		keys[kt] = key
+	}
+	for _, kt := range kts {
+		key, stub := keys[kt], stubs[kt]
 		der, err := x509.MarshalPKIXPublicKey(key.Public())
 		if err != nil {
 			f.Fatal(err)
@@ -56,18 +61,10 @@ func FuzzPublicKey(f *testing.F) {
 		nodehelper.KeyTypeECDSAP256: {{0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01}, {0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x02}},
 		nodehelper.KeyTypeED25519:   {{0x06, 0x03, 0x2b, 0x65, 0x70}, {0x06, 0x03, 0x2b, 0x65, 0x6e}},
 	} {
-		key, err := nodehelper.GenerateKey(kt)
-		if err != nil {
-			f.Fatal(err)
-		}
-		stub, err := nodehelper.NewStubPKCS10Request(key)
-		if err != nil {
-			f.Fatal(err)
-		}
-		if !bytes.Contains(stub, swap[0]) {
+		if !bytes.Contains(stubs[kt], swap[0]) {
 			f.Fatalf("no algorithm OID %x in the %s stub", swap[0], kt)
 		}
-		f.Add(bytes.Replace(stub, swap[0], swap[1], 1), []byte(nil), []byte(nil), popPodUID)
+		f.Add(bytes.Replace(stubs[kt], swap[0], swap[1], 1), []byte(nil), []byte(nil), popPodUID)
 	}
 	signer := &signerState{Signer: &Signer{Name: "keyward.dev/unit", AllowedKeyTypes: config.AllKeyTypes()}}
 	f.Fuzz(func(t *testing.T, stub, der, proof []byte, podUID string) {
