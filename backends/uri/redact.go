@@ -259,15 +259,27 @@ func normalize(name string) string {
 // runs on over following segments that are not name=value, as in Redact.
 func RedactURI(s string) string {
 	var b strings.Builder
-	inQuery, inSecret, start := false, false, 0
+	// shown: whether Redacted stands for the secret being read; not yet
+	// when its value looked empty ("pin=&1234": the PIN begins with the
+	// separator).
+	inQuery, inSecret, shown, start := false, false, false, 0
 	segment := func(seg string) {
 		eq := strings.IndexByte(seg, '=')
 		switch {
 		case inSecret && eq < 0 && seg != "":
 			// The rest of a secret whose separator was not escaped.
+			if !shown {
+				b.WriteString(Redacted)
+				shown = true
+			}
 		case eq >= 0 && secret(segmentName(seg[:eq]), seg[eq+1:]):
 			b.WriteString(seg[:eq+1] + Redacted)
-			inSecret = true
+			inSecret, shown = true, true
+		case eq == len(seg)-1 && secret(segmentName(seg[:eq]), "x"):
+			// A secret's name with nothing after '=' yet: what follows
+			// up to the next name=value is its value.
+			b.WriteString(seg)
+			inSecret, shown = true, false
 		default:
 			b.WriteString(seg)
 			inSecret = false

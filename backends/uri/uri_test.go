@@ -87,6 +87,8 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 		{"awskms:region=x?endpoint=https://user:p w@h", "p w"},
 		{"pkcs11:token=a;object=b;pin-value =1234?module-path=/m.so", "1234"}, // found by FuzzParseLocation
 		{"pkcs11:token=a;object=b?module-path=/m.so& pin-value\t=5678", "5678"},
+		{"pkcs11:token=a;pin=&9012", "9012"}, // found by FuzzParseLocation: a PIN that begins with '&'
+		{"pkcs11:token=a?pin-source=&3456&module-path=/m.so", "3456"},
 	} {
 		got := RedactURI(tc.in)
 		if strings.Contains(got, tc.secret) {
@@ -96,8 +98,12 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 			t.Errorf("RedactURI(%q) = %q: nothing redacted", tc.in, got)
 		}
 	}
-	plain := "pkcs11:token=a;object=b c?module-path=/m.so&pin-source=file:/p"
-	if got := RedactURI(plain); got != plain {
-		t.Errorf("RedactURI(%q) = %q, want it unchanged", plain, got)
+	for _, plain := range []string{
+		"pkcs11:token=a;object=b c?module-path=/m.so&pin-source=file:/p",
+		"pkcs11:token=a;pin-value=;object=b?module-path=/m.so", // an empty PIN hides nothing
+	} {
+		if got := RedactURI(plain); got != plain {
+			t.Errorf("RedactURI(%q) = %q, want it unchanged", plain, got)
+		}
 	}
 }
