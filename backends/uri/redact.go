@@ -275,7 +275,7 @@ func RedactURI(s string) string {
 		case eq >= 0 && secret(segmentName(seg[:eq]), seg[eq+1:]):
 			b.WriteString(seg[:eq+1] + Redacted)
 			inSecret, shown = true, true
-		case eq == len(seg)-1 && secret(segmentName(seg[:eq]), "x"):
+		case eq >= 0 && eq == len(seg)-1 && secret(segmentName(seg[:eq]), "x"):
 			// A secret's name with nothing after '=' yet: what follows
 			// up to the next name=value is its value.
 			b.WriteString(seg)

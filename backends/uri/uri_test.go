@@ -101,6 +101,7 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 	for _, plain := range []string{
 		"pkcs11:token=a;object=b c?module-path=/m.so&pin-source=file:/p",
 		"pkcs11:token=a;pin-value=;object=b?module-path=/m.so", // an empty PIN hides nothing
+		"", ";", "a;;b", // empty segments
 	} {
 		if got := RedactURI(plain); got != plain {
 			t.Errorf("RedactURI(%q) = %q, want it unchanged", plain, got)
