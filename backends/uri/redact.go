@@ -233,17 +233,21 @@ func secret(name, value string) bool {
 }
 
 // IsSecret reports whether an attribute of this name is a secret whatever
-// its value (pin-value, password, …), comparing names as Redact does.
+// its value (pin-value, password, …), comparing names as Redact does and
+// reading them as RedactURI does: the letters, digits, '-', '_' and '.'
+// before the '=' (" pin-value " and "x;pin-value" are pin-value, "!token"
+// is the token label), so that what Parse holds secret is what RedactURI
+// hides.
 func IsSecret(name string) bool {
+	name = segmentName(name)
 	return normalize(name) != "pinsource" && secret(name, "x")
 }
 
-// normalize lower-cases name and drops '-', '_', '.' and white space (a
-// name typed as " pin-value " is still pin-value, as RedactURI reads it).
+// normalize lower-cases name and drops '-', '_' and '.'.
 func normalize(name string) string {
 	return strings.Map(func(r rune) rune {
 		switch r {
-		case '-', '_', '.', ' ', '\t':
+		case '-', '_', '.':
 			return -1
 		}
 		if r >= 'A' && r <= 'Z' {
