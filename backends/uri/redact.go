@@ -258,9 +258,10 @@ func normalize(name string) string {
 }
 
 // RedactURI is Redact for a string known to be one key URI or URL, not free
-// text: a value ends only at ';', '&', '#' and (before the query) '?', so a
-// secret holding white space or a quote is hidden whole. A secret value
-// runs on over following segments that are not name=value, as in Redact.
+// text: a value ends only where Parse ends it, at ';' and '?' in the path
+// and at '&' in the query, so a secret holding white space, a quote or the
+// other part's separator is hidden whole. A secret value runs on over
+// following segments that are not name=value, as in Redact.
 func RedactURI(s string) string {
 	var b strings.Builder
 	// shown: whether Redacted stands for the secret being read; not yet
@@ -291,7 +292,7 @@ func RedactURI(s string) string {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c == ';' || c == '&' || c == '#' || (c == '?' && !inQuery) {
+		if separates(c, inQuery) {
 			segment(s[start:i])
 			next := i + 1
 			// Keep the separator unless it only continues a secret.
@@ -340,10 +341,19 @@ func redactURIUserinfo(s string) string {
 	}
 }
 
+// separates reports whether c ends a URI segment, as Parse splits: ';' and
+// '?' in the path, '&' in the query.
+func separates(c byte, inQuery bool) bool {
+	if inQuery {
+		return c == '&'
+	}
+	return c == ';' || c == '?'
+}
+
 // segEnd is where the URI segment starting at s[start] ends.
 func segEnd(s string, start int, inQuery bool) int {
 	for j := start; j < len(s); j++ {
-		if c := s[j]; c == ';' || c == '&' || c == '#' || (c == '?' && !inQuery) {
+		if separates(s[j], inQuery) {
 			return j
 		}
 	}

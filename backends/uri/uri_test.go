@@ -89,6 +89,12 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 		{"pkcs11:token=a;object=b?module-path=/m.so& pin-value\t=5678", "5678"},
 		{"pkcs11:token=a;pin=&9012", "9012"}, // found by FuzzParseLocation: a PIN that begins with '&'
 		{"pkcs11:token=a?pin-source=&3456&module-path=/m.so", "3456"},
+		// Segments end where Parse ends them: '&' belongs to a path value,
+		// ';' to a query value, '#' to either.
+		{"0:pin=&0000=", "0000"}, // found by FuzzParseLocation
+		{"pkcs11:token=a;pin-value=ab&c=d;object=b", "c=d"},
+		{"pkcs11:token=a?pin-value=ab;c=d&module-path=/m.so", "c=d"},
+		{"pkcs11:token=a;pin-value=ab#c=d", "c=d"},
 	} {
 		got := RedactURI(tc.in)
 		if strings.Contains(got, tc.secret) {
