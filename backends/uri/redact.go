@@ -290,7 +290,13 @@ func RedactURI(s string) string {
 			inSecret = false
 		}
 	}
-	for i := 0; i < len(s); i++ {
+	// The scheme, as Parse cuts it, is no part of the first attribute's
+	// name ("=:pin=1234" holds pin).
+	if i := strings.IndexByte(s, ':'); i > 0 {
+		b.WriteString(s[:i+1])
+		start = i + 1
+	}
+	for i := start; i < len(s); i++ {
 		c := s[i]
 		if separates(c, inQuery) {
 			segment(s[start:i])
