@@ -45,7 +45,14 @@ func FuzzParseLocation(f *testing.F) {
 				t.Fatalf("%q: %T %v, want an invalid-URI or unsupported-algorithm *backends.Error", raw, err, err)
 			}
 			for _, pin := range secretValues(raw) {
-				if strings.Contains(err.Error(), pin) {
+				if !strings.Contains(err.Error(), pin) {
+					continue
+				}
+				// Unless keyward's own text holds it ("file:/" is in
+				// every pin-source hint): then it stays with the PIN
+				// replaced.
+				other := strings.Replace(raw, pin, strings.Repeat("Q", len(pin)), 1)
+				if _, err2 := parseLocation("open", other, allowed); err2 == nil || !strings.Contains(err2.Error(), pin) {
 					t.Fatalf("%q: error quotes the PIN %q: %v", raw, pin, err)
 				}
 			}
