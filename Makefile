@@ -161,3 +161,31 @@ bench-results: ## judge docs/bench/*.txt against docs/bench/targets.yaml: docs/b
 bench-tokens: controlplane ## the registry token service's issuance rate and latency ($(BENCH_COUNT) rounds) into $(BENCH_OUT)/tokenservice.txt
 	@mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench TokenService -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/tokenservice.txt
+
+FUZZTIME ?= 30s
+# A new input that widens coverage is minimized for up to this long, inside
+# FUZZTIME; at go's default (60s) one big input (a configuration file, an
+# oversize annotation) takes the whole run and nothing else is tried.
+FUZZMINIMIZETIME ?= 2s
+
+# package:target, run one after another (a fuzz run takes every core it is
+# given; two at once only halve each other). docs/fuzzing.md says what each
+# checks and what the last runs found.
+FUZZ_TARGETS = \
+	./signer/pcr/:FuzzPublicKey \
+	./signer/pcr/:FuzzUnverifiedUserAnnotations \
+	./signer/csr/:FuzzCSRPolicy \
+	./signer/config/:FuzzSignerConfigParse \
+	./backends/pkcs11/:FuzzParseLocation \
+	./nodehelper/trust/:FuzzMerge \
+	./signer/tokenservice/config/:FuzzConfigParse \
+	./signer/tokenservice/policy/:FuzzParseScopes \
+	./signer/tokenservice/policy/:FuzzParseImage
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for $(FUZZTIME), one after another (docs/fuzzing.md); a crasher lands in the package's testdata/fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
+	done

@@ -233,8 +233,13 @@ func secret(name, value string) bool {
 }
 
 // IsSecret reports whether an attribute of this name is a secret whatever
-// its value (pin-value, password, …), comparing names as Redact does.
+// its value (pin-value, password, …), comparing names as Redact does and
+// reading them as RedactURI does: the letters, digits, '-', '_' and '.'
+// before the '=' (" pin-value " and "x;pin-value" are pin-value, "!token"
+// is the token label), so that what Parse holds secret is what RedactURI
+// hides.
 func IsSecret(name string) bool {
+	name = segmentName(name)
 	return normalize(name) != "pinsource" && secret(name, "x")
 }
 
@@ -253,28 +258,47 @@ func normalize(name string) string {
 }
 
 // RedactURI is Redact for a string known to be one key URI or URL, not free
-// text: a value ends only at ';', '&', '#' and (before the query) '?', so a
-// secret holding white space or a quote is hidden whole. A secret value
-// runs on over following segments that are not name=value, as in Redact.
+// text: a value ends only where Parse ends it, at ';' and '?' in the path
+// and at '&' in the query, so a secret holding white space, a quote or the
+// other part's separator is hidden whole. A secret value runs on over
+// following segments that are not name=value, as in Redact.
 func RedactURI(s string) string {
 	var b strings.Builder
-	inQuery, inSecret, start := false, false, 0
+	// shown: whether Redacted stands for the secret being read; not yet
+	// when its value looked empty ("pin=&1234": the PIN begins with the
+	// separator).
+	inQuery, inSecret, shown, start := false, false, false, 0
 	segment := func(seg string) {
 		eq := strings.IndexByte(seg, '=')
 		switch {
 		case inSecret && eq < 0 && seg != "":
 			// The rest of a secret whose separator was not escaped.
-		case eq >= 0 && secret(nameBefore(seg, eq), seg[eq+1:]):
+			if !shown {
+				b.WriteString(Redacted)
+				shown = true
+			}
+		case eq >= 0 && secret(segmentName(seg[:eq]), seg[eq+1:]):
 			b.WriteString(seg[:eq+1] + Redacted)
-			inSecret = true
+			inSecret, shown = true, true
+		case eq >= 0 && eq == len(seg)-1 && secret(segmentName(seg[:eq]), "x"):
+			// A secret's name with nothing after '=' yet: what follows
+			// up to the next name=value is its value.
+			b.WriteString(seg)
+			inSecret, shown = true, false
 		default:
 			b.WriteString(seg)
 			inSecret = false
 		}
 	}
-	for i := 0; i < len(s); i++ {
+	// The scheme, as Parse cuts it, is no part of the first attribute's
+	// name ("=:pin=1234" holds pin).
+	if i := strings.IndexByte(s, ':'); i > 0 {
+		b.WriteString(s[:i+1])
+		start = i + 1
+	}
+	for i := start; i < len(s); i++ {
 		c := s[i]
-		if c == ';' || c == '&' || c == '#' || (c == '?' && !inQuery) {
+		if separates(c, inQuery) {
 			segment(s[start:i])
 			next := i + 1
 			// Keep the separator unless it only continues a secret.
@@ -287,6 +311,14 @@ func RedactURI(s string) string {
 	}
 	segment(s[start:])
 	return Redact(redactURIUserinfo(b.String()))
+}
+
+// segmentName is the attribute name of a URI segment whose '=' follows
+// head: white space before the '=' is a typo, not the end of the name, so
+// "pin-value =1234" is read as pin-value (and its value hidden).
+func segmentName(head string) string {
+	head = strings.TrimRight(head, " \t")
+	return nameBefore(head, len(head))
 }
 
 // redactURIUserinfo hides the user information of every "scheme://…@host"
@@ -315,10 +347,19 @@ func redactURIUserinfo(s string) string {
 	}
 }
 
+// separates reports whether c ends a URI segment, as Parse splits: ';' and
+// '?' in the path, '&' in the query.
+func separates(c byte, inQuery bool) bool {
+	if inQuery {
+		return c == '&'
+	}
+	return c == ';' || c == '?'
+}
+
 // segEnd is where the URI segment starting at s[start] ends.
 func segEnd(s string, start int, inQuery bool) int {
 	for j := start; j < len(s); j++ {
-		if c := s[j]; c == ';' || c == '&' || c == '#' || (c == '?' && !inQuery) {
+		if separates(s[j], inQuery) {
 			return j
 		}
 	}

@@ -85,6 +85,17 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 		{"pkcs11:token=a;pin-value=12;34;object=b?module-path=/m.so", "34"},
 		{"pkcs11:token=a;object=b?module-path=/m.so&PIN-VALUE=99\t88", "88"},
 		{"awskms:region=x?endpoint=https://user:p w@h", "p w"},
+		{"pkcs11:token=a;object=b;pin-value =1234?module-path=/m.so", "1234"}, // found by FuzzParseLocation
+		{"pkcs11:token=a;object=b?module-path=/m.so& pin-value\t=5678", "5678"},
+		{"pkcs11:token=a;pin=&9012", "9012"}, // found by FuzzParseLocation: a PIN that begins with '&'
+		{"pkcs11:token=a?pin-source=&3456&module-path=/m.so", "3456"},
+		// Segments end where Parse ends them: '&' belongs to a path value,
+		// ';' to a query value, '#' to either.
+		{"0:pin=&0000=", "0000"}, // found by FuzzParseLocation
+		{"pkcs11:token=a;pin-value=ab&c=d;object=b", "c=d"},
+		{"pkcs11:token=a?pin-value=ab;c=d&module-path=/m.so", "c=d"},
+		{"pkcs11:token=a;pin-value=ab#c=d", "c=d"},
+		{"=:pin= 7890", "7890"}, // found by FuzzParseLocation: the scheme is not part of a name
 	} {
 		got := RedactURI(tc.in)
 		if strings.Contains(got, tc.secret) {
@@ -94,8 +105,13 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 			t.Errorf("RedactURI(%q) = %q: nothing redacted", tc.in, got)
 		}
 	}
-	plain := "pkcs11:token=a;object=b c?module-path=/m.so&pin-source=file:/p"
-	if got := RedactURI(plain); got != plain {
-		t.Errorf("RedactURI(%q) = %q, want it unchanged", plain, got)
+	for _, plain := range []string{
+		"pkcs11:token=a;object=b c?module-path=/m.so&pin-source=file:/p",
+		"pkcs11:token=a;pin-value=;object=b?module-path=/m.so", // an empty PIN hides nothing
+		"", ";", "a;;b", // empty segments
+	} {
+		if got := RedactURI(plain); got != plain {
+			t.Errorf("RedactURI(%q) = %q, want it unchanged", plain, got)
+		}
 	}
 }

@@ -188,3 +188,31 @@ func TestCheckTypeMeta(t *testing.T) {
 		})
 	}
 }
+
+// RoundTrip passes a parser that gives back what it was given and fails
+// one that loses a field or refuses its own output.
+func TestRoundTrip(t *testing.T) {
+	type conf struct {
+		Name  string `json:"name"`
+		Count int    `json:"count,omitempty"`
+	}
+	keeps := func(data []byte) (conf, error) {
+		var c conf
+		return c, Decode(data, &c)
+	}
+	if err := RoundTrip(conf{Name: "a", Count: 2}, keeps); err != nil {
+		t.Fatalf("a faithful parser: %v", err)
+	}
+	drops := func(data []byte) (conf, error) {
+		c, err := keeps(data)
+		c.Count = 0
+		return c, err
+	}
+	if err := RoundTrip(conf{Name: "a", Count: 2}, drops); err == nil || !strings.Contains(err.Error(), "changed") {
+		t.Fatalf("a parser that loses count: %v", err)
+	}
+	refuses := func([]byte) (conf, error) { return conf{}, errors.New("no") }
+	if err := RoundTrip(conf{Name: "a"}, refuses); err == nil || !strings.Contains(err.Error(), "re-parsing") {
+		t.Fatalf("a parser that refuses its output: %v", err)
+	}
+}

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-func testCert(t *testing.T, cn string) []byte {
+func testCert(t testing.TB, cn string) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

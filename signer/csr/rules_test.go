@@ -38,7 +38,7 @@ func request(t *testing.T, key crypto.Signer, tmpl x509.CertificateRequest) *x50
 	return req
 }
 
-func policy(t *testing.T, sc config.Signer) *csr.Policy {
+func policy(t testing.TB, sc config.Signer) *csr.Policy {
 	t.Helper()
 	if sc.Name == "" {
 		sc.Name = config.KubernetesSignerNames[sc.Profile]

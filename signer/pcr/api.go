@@ -8,6 +8,8 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"time"
 
@@ -126,7 +128,34 @@ func parseStub(stub []byte) (crypto.PublicKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing stubPKCS10Request: %w", err)
 	}
-	return csr.PublicKey, nil
+	switch csr.PublicKey.(type) {
+	case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
+		return csr.PublicKey, nil
+	}
+	// crypto/x509 parses DSA keys and leaves the key nil, without an
+	// error, for an algorithm it does not know (X25519 among them): no
+	// certificate can be issued for either, so refuse here as for a
+	// pkixPublicKey (the apiserver admits neither, but the check must not
+	// rest on that).
+	alg := csr.PublicKeyAlgorithm.String()
+	if csr.PublicKey == nil {
+		alg = "of algorithm " + spkiAlgorithm(csr.RawSubjectPublicKeyInfo)
+	}
+	return nil, &profile.Denial{Reason: ReasonUnsupportedKeyType, Message: fmt.Sprintf(
+		"spec.stubPKCS10Request holds a %s key, which keyward does not issue for; use Ed25519, ECDSA or RSA", alg)}
+}
+
+// spkiAlgorithm is the algorithm OID of a DER SubjectPublicKeyInfo, for
+// an error message.
+func spkiAlgorithm(spki []byte) string {
+	var info struct {
+		Algorithm pkix.AlgorithmIdentifier
+		PublicKey asn1.BitString
+	}
+	if _, err := asn1.Unmarshal(spki, &info); err != nil {
+		return "unknown"
+	}
+	return info.Algorithm.Algorithm.String()
 }
 
 // ReasonInvalidProofOfPossession denies a v1beta1 request whose

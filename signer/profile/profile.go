@@ -87,6 +87,13 @@ func keyUsage(pub crypto.PublicKey, eku []x509.ExtKeyUsage) x509.KeyUsage {
 	return x509.KeyUsageDigitalSignature
 }
 
+// MaxDNSNames is the most DNS names the server profile issues in one
+// certificate. Each is allowed by a pattern, but a "*." pattern allows any
+// number, and a certificate with thousands of SANs is too big for TLS
+// handshakes and for the request's status (kube-apiserver bounds the
+// object); more than a hundred names for one pod is no real use.
+const MaxDNSNames = 100
+
 // maxCommonName is RFC 5280's ub-common-name.
 const maxCommonName = 64
 
@@ -204,6 +211,9 @@ func (s server) Template(r Request) (*x509.Certificate, error) {
 				Quote(n), r.Namespace, r.PodName, strings.Join(s.expand(r), ", "))}
 		}
 		if !slices.Contains(names, n) {
+			if len(names) == MaxDNSNames {
+				return nil, &Denial{Reason: ReasonInvalidAnnotations, Message: fmt.Sprintf("%s lists more than %d DNS names", s.annotation, MaxDNSNames)}
+			}
 			names = append(names, n)
 		}
 	}

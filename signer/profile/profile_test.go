@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,6 +35,14 @@ func TestServerProfileAllowsOnlyMatchingNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The service name and n-1 names under the wildcard pattern.
+	many := func(n int) string {
+		names := []string{"web.shop.svc"}
+		for i := 1; i < n; i++ {
+			names = append(names, fmt.Sprintf("h%d.shop.svc.cluster.local", i))
+		}
+		return strings.Join(names, ",")
+	}
 	cases := []struct {
 		name       string
 		names      string
@@ -41,6 +50,8 @@ func TestServerProfileAllowsOnlyMatchingNames(t *testing.T) {
 		wantInMsg  string
 	}{
 		{name: "the service name", names: "web.shop.svc"},
+		{name: "as many names as a certificate carries", names: many(profile.MaxDNSNames)},
+		{name: "one name more", names: many(profile.MaxDNSNames + 1), wantReason: profile.ReasonInvalidAnnotations, wantInMsg: "keyward.dev/dns-names lists more than 100"},
 		{name: "one label under a wildcard pattern", names: "web.shop.svc, api.shop.svc.cluster.local"},
 		{name: "another namespace's service", names: "web.billing.svc", wantReason: profile.ReasonDNSNameNotAllowed, wantInMsg: `"web.billing.svc"`},
 		{name: "two labels under a wildcard pattern", names: "a.b.shop.svc.cluster.local", wantReason: profile.ReasonDNSNameNotAllowed, wantInMsg: `"a.b.shop.svc.cluster.local"`},
