@@ -243,3 +243,38 @@ func opensslVerify(t *testing.T, openssl string, ca interopCA, leaf *x509.Certif
 		}
 	}
 }
+
+// Every PodCertificateRequest profile issues, for every subject key type
+// and under every CA generation `ca init` makes (lintgate.Generations: each
+// algorithm, path length 1 with name constraints, an intermediate), a leaf
+// that zlint's RFC 5280/5480/8813 lints pass. The interop test above does
+// the same under authority.SelfSignRoot test roots.
+func TestLintGatePCRProfiles(t *testing.T) {
+	reg := lintgate.Registry(t)
+	covered := map[string]bool{}
+	for _, ip := range interopProfiles() {
+		covered[ip.signer.Profile] = true
+	}
+	for _, p := range []string{config.ProfilePodIdentity, config.ProfileSPIFFE, config.ProfileServer} {
+		if !covered[p] {
+			t.Errorf("profile %s is not among the linted profiles", p)
+		}
+	}
+	keys := subjectKeys(t)
+	for _, gen := range lintgate.Generations(t) {
+		t.Run(gen.Name, func(t *testing.T) {
+			ca := interopCA{auth: gen.Auth}
+			for _, ip := range interopProfiles() {
+				prof, err := profile.New(ip.signer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, kt := range config.AllKeyTypes() {
+					t.Run(ip.name+" "+kt, func(t *testing.T) {
+						lintgate.Clean(t, reg, issue(t, ca, prof, ip, keys[kt]))
+					})
+				}
+			}
+		})
+	}
+}
