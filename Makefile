@@ -160,3 +160,7 @@ bench-results: ## judge docs/bench/*.txt against docs/bench/targets.yaml: docs/b
 bench-tokens: controlplane ## the registry token service's issuance rate and latency ($(BENCH_COUNT) rounds) into $(BENCH_OUT)/tokenservice.txt
 	@mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench TokenService -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/tokenservice.txt
+
+.PHONY: vuln
+vuln: ## govulncheck ./... (vuln.go.dev, else a database built from golang.org/x/vulndb on the module proxy); see docs/security.md
+	GO=$(GO) ./hack/vulncheck.sh
