@@ -138,27 +138,34 @@ func TestEveryProfileAndKeyTypeInteroperates(t *testing.T) {
 			t.Run("the root lints clean", func(t *testing.T) {
 				lintgate.Clean(t, registry, ca.auth.Certificate())
 			})
-			for _, ip := range interopProfiles() {
-				prof, err := profile.New(ip.signer)
-				if err != nil {
-					t.Fatal(err)
+			eachProfileAndKeyType(t, func(t *testing.T, ip interopProfile, prof profile.Profile, kt string) {
+				leaf := issue(t, ca, prof, ip, keys[kt])
+				checkKeyUsage(t, leaf, ip)
+				goVerify(t, ca, leaf, ip)
+				lintgate.Clean(t, registry, leaf)
+				if openssl != "" {
+					opensslVerify(t, openssl, ca, leaf, ip)
 				}
-				for _, kt := range config.AllKeyTypes() {
-					t.Run(ip.name+" "+kt, func(t *testing.T) {
-						leaf := issue(t, ca, prof, ip, keys[kt])
-						checkKeyUsage(t, leaf, ip)
-						goVerify(t, ca, leaf, ip)
-						lintgate.Clean(t, registry, leaf)
-						if openssl != "" {
-							opensslVerify(t, openssl, ca, leaf, ip)
-						}
-					})
-				}
-			}
+			})
 		})
 	}
 	if openssl == "" {
 		t.Skip("openssl is not installed: the openssl half of this test was skipped (set CI=true to make that a failure)")
+	}
+}
+
+// eachProfileAndKeyType runs f in a subtest for every interop profile and
+// every subject key type.
+func eachProfileAndKeyType(t *testing.T, f func(t *testing.T, ip interopProfile, prof profile.Profile, kt string)) {
+	t.Helper()
+	for _, ip := range interopProfiles() {
+		prof, err := profile.New(ip.signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kt := range config.AllKeyTypes() {
+			t.Run(ip.name+" "+kt, func(t *testing.T) { f(t, ip, prof, kt) })
+		}
 	}
 }
 
@@ -264,17 +271,9 @@ func TestLintGatePCRProfiles(t *testing.T) {
 	for _, gen := range lintgate.Generations(t) {
 		t.Run(gen.Name, func(t *testing.T) {
 			ca := interopCA{auth: gen.Auth}
-			for _, ip := range interopProfiles() {
-				prof, err := profile.New(ip.signer)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, kt := range config.AllKeyTypes() {
-					t.Run(ip.name+" "+kt, func(t *testing.T) {
-						lintgate.Clean(t, reg, issue(t, ca, prof, ip, keys[kt]))
-					})
-				}
-			}
+			eachProfileAndKeyType(t, func(t *testing.T, ip interopProfile, prof profile.Profile, kt string) {
+				lintgate.Clean(t, reg, issue(t, ca, prof, ip, keys[kt]))
+			})
 		})
 	}
 }
