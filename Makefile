@@ -189,3 +189,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME), one after another (docs/fuzzing.m
 		echo "== $$name ($$pkg, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
 	done
+
+.PHONY: vuln
+vuln: ## govulncheck ./... (vuln.go.dev, else a database built from golang.org/x/vulndb on the module proxy); see docs/security.md
+	GO=$(GO) ./hack/vulncheck.sh

@@ -261,7 +261,9 @@ func TestModuleFinalisedUnderTwoTokensRecovers(t *testing.T) {
 }
 
 // Keys keyward creates can sign and do nothing else, and never leave the
-// token: read back from SoftHSM for every key type the backend creates.
+// token: read back from SoftHSM for every key type the backend creates,
+// through crypto11 and through a PKCS#11 session of the test's own that
+// tries to read the private value and to wrap the key (softhsm.KeyFacts).
 func TestCreatedKeysAreSignOnly(t *testing.T) {
 	algs := []backends.Algorithm{backends.ECDSAP256SHA256, backends.ECDSAP384SHA384, backends.RSA2048PKCS1SHA256, backends.RSA3072PKCS1SHA256, backends.RSA4096PKCS1SHA256}
 	if testing.Short() {
@@ -312,6 +314,15 @@ func TestCreatedKeysAreSignOnly(t *testing.T) {
 			check("public", f.ctx.GetPubAttributes, map[crypto11.AttributeType]byte{
 				crypto11.CkaVerify: 1, crypto11.CkaEncrypt: 0, crypto11.CkaWrap: 0, crypto11.CkaVerifyRecover: 0,
 			})
+			// Read as any application with the PIN would, in a session of
+			// its own: the private value is refused and wrapping fails.
+			facts, err := token.KeyFacts(label)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if problems := facts.SignOnlyProblems(); len(problems) > 0 {
+				t.Errorf("the key keyward created in the token:\n  %s", strings.Join(problems, "\n  "))
+			}
 			if err := signOnce(s); err != nil {
 				t.Fatal(err)
 			}

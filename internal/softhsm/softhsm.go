@@ -101,11 +101,15 @@ type Token struct {
 	// PINFile holds the user PIN (mode 0600), for pin-source=file:… URIs.
 	PINFile string
 
-	pin string
+	pin, soPIN string
 }
 
 // PIN returns the token's user PIN.
 func (t *Token) PIN() string { return t.pin }
+
+// SOPIN returns the token's security officer PIN, which nothing of keyward
+// uses after the token is made; tests look for it where it must not be.
+func (t *Token) SOPIN() string { return t.soPIN }
 
 // String describes the token without its PIN.
 func (t *Token) String() string {
@@ -136,7 +140,7 @@ func (e *Env) NewToken(label string) (*Token, error) {
 	if err := os.WriteFile(pinFile, []byte(pin), 0o600); err != nil {
 		return nil, fmt.Errorf("writing PIN file: %w", err)
 	}
-	return &Token{Label: label, Serial: serial, ModulePath: e.ModulePath, PINFile: pinFile, pin: pin}, nil
+	return &Token{Label: label, Serial: serial, ModulePath: e.ModulePath, PINFile: pinFile, pin: pin, soPIN: soPIN}, nil
 }
 
 // initToken finds the free slot SoftHSM always offers, initialises a token

@@ -17,6 +17,9 @@ type Token struct{ Label, Serial, ModulePath, PINFile string }
 // PIN is empty without cgo.
 func (t *Token) PIN() string { return "" }
 
+// SOPIN is empty without cgo.
+func (t *Token) SOPIN() string { return "" }
+
 // FindModule fails without cgo.
 func FindModule() (string, error) { return "", ErrNotInstalled }
 

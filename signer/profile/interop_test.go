@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,19 +17,12 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/internal/lintgate"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
-	zx509 "github.com/zmap/zcrypto/x509"
-	"github.com/zmap/zlint/v3"
-	"github.com/zmap/zlint/v3/lint"
 )
-
-// lintSources are the zlint sources that apply to a private PKI: the IETF
-// profiles of X.509 and its key algorithms. CA/Browser Forum, Mozilla,
-// Apple and ETSI rules are for publicly trusted certificates.
-var lintSources = lint.SourceList{lint.RFC5280, lint.RFC5480, lint.RFC8813}
 
 // subjectKeys makes one key of every type kube-apiserver accepts in a
 // PodCertificateRequest, as the node helper makes them.
@@ -137,42 +129,43 @@ func opensslPath(t *testing.T) string {
 // that reason.
 func TestEveryProfileAndKeyTypeInteroperates(t *testing.T) {
 	openssl := opensslPath(t)
-	registry, err := lint.GlobalRegistry().Filter(lint.FilterOptions{IncludeSources: lintSources})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(registry.Names()) == 0 {
-		t.Fatalf("no zlint lints for sources %v", lintSources)
-	}
+	registry := lintgate.Registry(t)
 	keys := subjectKeys(t)
 	cas := []backends.Algorithm{backends.ECDSAP256SHA256, backends.ECDSAP384SHA384, backends.Ed25519, backends.RSA3072PKCS1SHA256, backends.RSA3072PSSSHA256}
 	for _, caAlg := range cas {
 		ca := newInteropCA(t, caAlg)
 		t.Run("CA "+string(caAlg), func(t *testing.T) {
 			t.Run("the root lints clean", func(t *testing.T) {
-				lintClean(t, registry, ca.auth.Certificate())
+				lintgate.Clean(t, registry, ca.auth.Certificate())
 			})
-			for _, ip := range interopProfiles() {
-				prof, err := profile.New(ip.signer)
-				if err != nil {
-					t.Fatal(err)
+			eachProfileAndKeyType(t, func(t *testing.T, ip interopProfile, prof profile.Profile, kt string) {
+				leaf := issue(t, ca, prof, ip, keys[kt])
+				checkKeyUsage(t, leaf, ip)
+				goVerify(t, ca, leaf, ip)
+				lintgate.Clean(t, registry, leaf)
+				if openssl != "" {
+					opensslVerify(t, openssl, ca, leaf, ip)
 				}
-				for _, kt := range config.AllKeyTypes() {
-					t.Run(ip.name+" "+kt, func(t *testing.T) {
-						leaf := issue(t, ca, prof, ip, keys[kt])
-						checkKeyUsage(t, leaf, ip)
-						goVerify(t, ca, leaf, ip)
-						lintClean(t, registry, leaf)
-						if openssl != "" {
-							opensslVerify(t, openssl, ca, leaf, ip)
-						}
-					})
-				}
-			}
+			})
 		})
 	}
 	if openssl == "" {
 		t.Skip("openssl is not installed: the openssl half of this test was skipped (set CI=true to make that a failure)")
+	}
+}
+
+// eachProfileAndKeyType runs f in a subtest for every interop profile and
+// every subject key type.
+func eachProfileAndKeyType(t *testing.T, f func(t *testing.T, ip interopProfile, prof profile.Profile, kt string)) {
+	t.Helper()
+	for _, ip := range interopProfiles() {
+		prof, err := profile.New(ip.signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kt := range config.AllKeyTypes() {
+			t.Run(ip.name+" "+kt, func(t *testing.T) { f(t, ip, prof, kt) })
+		}
 	}
 }
 
@@ -258,23 +251,29 @@ func opensslVerify(t *testing.T, openssl string, ca interopCA, leaf *x509.Certif
 	}
 }
 
-// lintClean fails the test with the name and details of every zlint
-// result of warning level or worse.
-func lintClean(t *testing.T, registry lint.Registry, c *x509.Certificate) {
-	t.Helper()
-	zc, err := zx509.ParseCertificate(c.Raw)
-	if err != nil {
-		t.Fatalf("zcrypto cannot parse the certificate: %v", err)
+// Every PodCertificateRequest profile issues, for every subject key type
+// and under every CA generation `ca init` makes (lintgate.Generations: each
+// algorithm, path length 1 with name constraints, an intermediate), a leaf
+// that zlint's RFC 5280/5480/8813 lints pass. The interop test above does
+// the same under authority.SelfSignRoot test roots.
+func TestLintGatePCRProfiles(t *testing.T) {
+	reg := lintgate.Registry(t)
+	covered := map[string]bool{}
+	for _, ip := range interopProfiles() {
+		covered[ip.signer.Profile] = true
 	}
-	rs := zlint.LintCertificateEx(zc, registry)
-	var bad []string
-	for name, r := range rs.Results {
-		if r.Status >= lint.Warn {
-			bad = append(bad, fmt.Sprintf("%s (%s): %s", name, r.Status, r.Details))
+	for _, p := range []string{config.ProfilePodIdentity, config.ProfileSPIFFE, config.ProfileServer} {
+		if !covered[p] {
+			t.Errorf("profile %s is not among the linted profiles", p)
 		}
 	}
-	slices.Sort(bad)
-	if len(bad) > 0 {
-		t.Errorf("zlint %v found %d problems:\n  %s", lintSources, len(bad), strings.Join(bad, "\n  "))
+	keys := subjectKeys(t)
+	for _, gen := range lintgate.Generations(t) {
+		t.Run(gen.Name, func(t *testing.T) {
+			ca := interopCA{auth: gen.Auth}
+			eachProfileAndKeyType(t, func(t *testing.T, ip interopProfile, prof profile.Profile, kt string) {
+				lintgate.Clean(t, reg, issue(t, ca, prof, ip, keys[kt]))
+			})
+		})
 	}
 }

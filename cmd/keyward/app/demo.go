@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"github.com/keyward/keyward/internal/pemcert"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,6 +48,50 @@ type demoOptions struct {
 	// plugin runs `keyward credential-provider` (its first element is the
 	// executable); empty: this executable.
 	plugin []string
+	// beforeStop, with once, is called after the rotation while every
+	// component still runs (tests read what the demo left in the cluster,
+	// its logs and metrics).
+	beforeStop func(ctx context.Context, r demoRunning) error
+}
+
+// demoRunning is what beforeStop may look at.
+type demoRunning struct {
+	// dir holds the components' logs (*.log); controlPlaneDir etcd's and
+	// kube-apiserver's.
+	dir, controlPlaneDir string
+	token                *softhsm.Token
+	// secrets are the credentials the demo obtained, by what they are.
+	secrets *demoSecrets
+}
+
+// demoSecrets records credentials the demo obtains (service-account and
+// registry tokens) so that a test can look for them where they must not
+// be. A nil *demoSecrets records nothing.
+type demoSecrets struct {
+	mu     sync.Mutex
+	byName map[string]string
+}
+
+func (s *demoSecrets) add(what, secret string) {
+	if s == nil || secret == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byName == nil {
+		s.byName = map[string]string{}
+	}
+	s.byName[what] = secret
+}
+
+// all returns a copy of what was recorded.
+func (s *demoSecrets) all() map[string]string {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.byName)
 }
 
 func newDemoCommand() *cobra.Command {
@@ -281,9 +327,13 @@ SoftHSM2 token ready
 	}
 	describeChain(out, daemonChain)
 
+	var secrets *demoSecrets
+	if o.beforeStop != nil {
+		secrets = &demoSecrets{}
+	}
 	stopRegistry, err := runRegistryDemo(ctx, demoRegistryEnv{
 		out: out, dir: dir, cp: cp, cli: cli, authorities: authorities, token: token, backends: reg, node: node,
-		registryBinary: registryBin, plugin: plugin,
+		registryBinary: registryBin, plugin: plugin, secrets: secrets,
 	})
 	defer stopRegistry()
 	if err != nil {
@@ -305,6 +355,11 @@ SoftHSM2 token ready
 	}
 
 	if o.once {
+		if o.beforeStop != nil {
+			if err := o.beforeStop(ctx, demoRunning{dir: dir, controlPlaneDir: cp.Dir, token: token, secrets: secrets}); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintln(out, "--once: stopping")
 		return nil
 	}

@@ -66,6 +66,8 @@ type demoRegistryEnv struct {
 	// `keyward credential-provider` (the keyward binary).
 	registryBinary string
 	plugin         []string
+	// secrets records the tokens the demo obtains (nil: not recorded).
+	secrets *demoSecrets
 }
 
 // runRegistryDemo runs the registry part; the returned function stops what
@@ -171,23 +173,24 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile)))
 	tsCtx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
 	done := make(chan error, 1)
-	ready := make(chan string, 1)
+	ready := make(chan [2]string, 1)
 	go func() {
 		done <- tokenservice.Run(tsCtx, tokenservice.Options{Config: cfg, Backends: e.backends, Identity: "demo-token-service",
 			AlsoLead: TokenServiceCompanions(cfg),
-			Ready:    func(listen, _, _ string) { ready <- listen }})
+			Ready:    func(listen, metrics, _ string) { ready <- [2]string{listen, metrics} }})
 	}()
 	stops = append(stops, func() { cancel(); <-done })
-	var listen string
+	var listen, metrics string
 	select {
-	case listen = <-ready:
+	case a := <-ready:
+		listen, metrics = a[0], a[1]
 	case err := <-done:
 		done <- err
 		return stop, fmt.Errorf("token service: %w", err)
 	}
 	realm := "https://" + listen + "/token"
-	fmt.Fprintf(out, "token service running as keyward/keyward-token-service (audience %s, tokens for %s): %s, log %s\n",
-		demoAudience, demoRegistryService, realm, logFile.Name())
+	fmt.Fprintf(out, "token service running as keyward/keyward-token-service (audience %s, tokens for %s): %s, metrics http://%s/metrics, log %s\n",
+		demoAudience, demoRegistryService, realm, metrics, logFile.Name())
 	if err := waitGenerationActive(ctx, e.authorities, demoTokenAuthority, demoTokenGeneration); err != nil {
 		return stop, err
 	}
@@ -244,11 +247,13 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	if err != nil {
 		return stop, err
 	}
+	e.secrets.add("service-account token of shop/ci", ciToken)
 	ch := challenge{realm: realm, service: demoRegistryService}
 	push, access, err := client.fetchToken(ctx, ch, "repository:shop/hello:pull,push", tokenservice.Username, ciToken)
 	if err != nil {
 		return stop, err
 	}
+	e.secrets.add("registry token for shop/ci's push", push)
 	digest, err := client.pushDemoImage(ctx, "shop/hello", "v1", push)
 	if err != nil {
 		return stop, err
@@ -270,16 +275,19 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	if err != nil {
 		return stop, err
 	}
+	e.secrets.add("service-account token of shop/web", webToken)
 	fmt.Fprintf(out, "  kubelet:               TokenRequest for shop/web, audience %s, bound to pod web (NodeRestriction: allowed by node-rbac.yaml)\n", demoAudience)
 	user, password, resp, err := runDemoPlugin(ctx, e.plugin, "https://"+listen, caFile, registryHost+"/shop/hello", webToken)
 	if err != nil {
 		return stop, err
 	}
 	fmt.Fprintf(out, "  keyward credential-provider answered: %s\n", resp)
+	e.secrets.add("credential-provider password for shop/web", password)
 	pull, access, err := client.fetchToken(ctx, st.challenge, st.challenge.scope, user, password)
 	if err != nil {
 		return stop, err
 	}
+	e.secrets.add("registry token for shop/web's pull", pull)
 	fmt.Fprintf(out, "  realm (token service): token granting %v\n", access)
 	got, err := client.getManifest(ctx, "shop/hello", "v1", pull)
 	if err != nil {
@@ -296,6 +304,7 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	if err != nil {
 		return stop, err
 	}
+	e.secrets.add("registry token for payments/ledger (no grant)", other)
 	got, err = client.getManifest(ctx, "payments/ledger", "v1", other)
 	if err != nil {
 		return stop, err

@@ -13,7 +13,9 @@ import (
 // to reach them, issues a pod certificate and a node daemon's CSR, runs a whole canary-then-live
 // rotation demo-1 → demo-2 through keyward's own commands (retire refused by
 // LeavesValid, then forced with an Event) while the node helper's trust files
-// on a canary and a live node follow it, and leaves nothing behind.
+// on a canary and a live node follow it, and leaves nothing behind. Nothing
+// it emitted (output, logs, metrics, Events, CSR/PCR/Authority status) holds
+// a PIN, the SO-PIN, a private key or a token it obtained.
 func TestDemoOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver")
@@ -23,9 +25,21 @@ func TestDemoOnce(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	t.Setenv(runAsKeyward, "1") // for the plugin, run as a child
-	if err := runDemo(ctx, &out, &demoOptions{dir: dir, once: true, registryBinary: buildRegistry(t), plugin: []string{os.Args[0]}}); err != nil {
+	// Before the demo stops: everything it emitted, for the secret scan.
+	var running demoRunning
+	var sources map[string]string
+	beforeStop := func(ctx context.Context, r demoRunning) error {
+		running = r
+		var err error
+		sources, err = collectDemoEmissions(ctx, r, out.String())
+		return err
+	}
+	if err := runDemo(ctx, &out, &demoOptions{dir: dir, once: true, registryBinary: buildRegistry(t), plugin: []string{os.Args[0]}, beforeStop: beforeStop}); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
+	// No PIN, SO-PIN, private key, service-account or registry token in
+	// any log, metric, Event or status.
+	checkDemoSecrets(t, running, sources, out.String())
 	for _, want := range []string{"control plane ready", "export KUBECONFIG=" + dir + "/admin.kubeconfig", "token label \"keyward-demo\"",
 		"CA key created in SoftHSM", ": Issued in ", "PodIdentity (1.3.6.1.4.1.57683.1, non-critical)", "issuer:    CN=keyward demo CA demo-1",
 		"trust publisher: generation demo-1 observed Active",
