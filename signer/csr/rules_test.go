@@ -128,6 +128,12 @@ func TestRules(t *testing.T) {
 		{"a custom request with a DNS SAN outside the patterns fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, DNSNames: []string{"evil.example.com"}}, u("client auth"), csr.ReasonSANNotPermitted},
 		{"a custom request with an IP outside the ranges fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, IPAddresses: []net.IP{net.ParseIP("192.168.0.1")}}, u("client auth"), csr.ReasonSANNotPermitted},
 		{"a custom request with a URI outside the patterns fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{other}}, u("client auth"), csr.ReasonSANNotPermitted},
+		{"a custom request whose URI under a star pattern has a dot-dot segment fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{mustURL(t, "spiffe://example.com/ns/a/../b")}}, u("client auth"), csr.ReasonSANNotPermitted},
+		{"a custom request whose URI under a star pattern has a leading dot-dot segment fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{mustURL(t, "spiffe://example.com/../x")}}, u("client auth"), csr.ReasonSANNotPermitted},
+		{"a custom request whose URI under a star pattern has an empty segment fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{mustURL(t, "spiffe://example.com/ns//a")}}, u("client auth"), csr.ReasonSANNotPermitted},
+		{"a custom request whose URI under a star pattern has a %-escape fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{mustURL(t, "spiffe://example.com/ns/%2e%2e/a")}}, u("client auth"), csr.ReasonSANNotPermitted},
+		{"a custom request whose URI under a star pattern has a query fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{mustURL(t, "spiffe://example.com/ns/a?x=1")}}, u("client auth"), csr.ReasonSANNotPermitted},
+		{"a custom request whose URI under a star pattern has a fragment fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, URIs: []*url.URL{mustURL(t, "spiffe://example.com/ns/a#f")}}, u("client auth"), csr.ReasonSANNotPermitted},
 		{"a custom request with an email SAN fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}, EmailAddresses: []string{"a@example.com"}}, u("client auth"), csr.ReasonSANNotPermitted},
 		{"a custom request asking a usage not configured fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}}, u("client auth", "server auth"), csr.ReasonUsagesNotPermitted},
 		{"a custom request asking no usage fails", custom, nil, x509.CertificateRequest{Subject: pkix.Name{CommonName: "a.nodes.example.com"}}, nil, csr.ReasonUsagesNotPermitted},
@@ -200,3 +206,12 @@ func TestLifetimeIsTheShorterOfMaximumAndRequest(t *testing.T) {
 }
 
 func ptr(v int32) *int32 { return &v }
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
