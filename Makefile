@@ -160,3 +160,8 @@ bench-results: ## judge docs/bench/*.txt against docs/bench/targets.yaml: docs/b
 bench-tokens: controlplane ## the registry token service's issuance rate and latency ($(BENCH_COUNT) rounds) into $(BENCH_OUT)/tokenservice.txt
 	@mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench TokenService -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/tokenservice.txt
+
+.PHONY: test-faults
+FAULT_TESTS = Fault|BackendOutageDuringABurst|LeaderStoppedMidBurst|KMSOutageDuringABurst
+test-faults: deps controlplane ## the fault-injection runs of docs/faults.md at full length (KEYWARD_FAULTS=long)
+	KEYWARD_FAULTS=long $(GO) test -count=1 -v -run '$(FAULT_TESTS)' -timeout 30m ./softhsm-tests/

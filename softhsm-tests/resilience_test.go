@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/internal/awskmsfake"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/faults"
@@ -94,11 +91,7 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 	}
 	time.Sleep(30*time.Second - time.Since(outageStart))
 	restore()
-	for _, p := range burst {
-		got := waitTerminal(t, ctx, p, 60*time.Second)
-		if c := condition(got); c.Type != "Issued" {
-			t.Fatalf("%s after the outage: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
-		}
+	for _, got := range reconcileIssued(t, len(burst), 60*time.Second, namespacesOf(w), logFileOf(rs.LogPath)) {
 		parseChain(t, got.Status.CertificateChain, root)
 	}
 	if err := waitReady(rs.HealthAddr); err != nil {
@@ -115,15 +108,9 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 // signature exists. After SIGKILL, a request the dead leader had signed but
 // not yet written is signed again by the next one: at most one per worker.
 func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
-	kms := awskmsfake.Start(awskmsfake.Options{})
-	defer kms.Close()
-	// The replicas are child processes: they find the fake's credentials
-	// in the environment, as the AWS SDK's default chain does.
-	t.Setenv("AWS_ACCESS_KEY_ID", awskmsfake.AccessKeyID)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", awskmsfake.SecretAccessKey)
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	var opts all.Options
-	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
+	// The replicas are child processes: startKMS puts the fake's
+	// credentials in the environment for them.
+	kms, opts := startKMS(t)
 
 	for _, tc := range []struct {
 		name     string
@@ -133,7 +120,7 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 			ctx := testContext(t)
 			suffix := uniqueName(t, "ha")
 			name := "keyward.dev/ha-" + suffix
-			keyURI, caFile, root := newCA(t, opts, "awskms:region=eu-west-1?endpoint="+kms.URL(), "ca-"+suffix)
+			keyURI, caFile, root := newCA(t, opts, kmsURI(kms), "ca-"+suffix)
 			cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
 			on := true
 			cfg.LeaderElection = config.LeaderElection{Enabled: &on, Namespace: signerNamespace, LeaseName: "ha-" + suffix,
@@ -161,14 +148,11 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 			stopped := time.Now()
 			second := createBurst(t, w, name, 20)
 
+			// Both replicas' audit logs, the dead one's included.
+			pcrs := reconcileIssued(t, len(first)+len(second), 60*time.Second, namespacesOf(w), a.Output, b.Output)
+			leaves := leavesOf(t, pcrs, root)
 			var lastIssued time.Time
-			leaves := map[string]string{} // digest of the to-be-signed bytes → PCR
-			for _, p := range append(first, second...) {
-				got := waitTerminal(t, ctx, p, 60*time.Second)
-				if c := condition(got); c.Type != "Issued" {
-					t.Fatalf("%s: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
-				}
-				leaves[tbsDigest(t, got, root)] = p.Name
+			for _, got := range pcrs {
 				if lt := got.Status.Conditions[0].LastTransitionTime.Time; lt.After(lastIssued) {
 					lastIssued = lt
 				}
@@ -229,14 +213,11 @@ func checkOneSignatureEach(t *testing.T, signed []awskmsfake.SignRequest, leaves
 // Failed, and the KMS signed each certificate once and nothing else.
 func TestKMSOutageDuringABurstSignsEachRequestOnce(t *testing.T) {
 	ctx := testContext(t)
-	kms := awskmsfake.Start(awskmsfake.Options{})
-	defer kms.Close()
-	var opts all.Options
-	opts.AWSKMS.Config = &aws.Config{Credentials: credentials.NewStaticCredentialsProvider(awskmsfake.AccessKeyID, awskmsfake.SecretAccessKey, "")}
+	kms, opts := startKMS(t)
 	suffix := uniqueName(t, "ko")
 	name := "keyward.dev/kms-outage-" + suffix
-	keyURI, caFile, root := newCA(t, opts, "awskms:region=eu-west-1?endpoint="+kms.URL(), "ca-"+suffix)
-	runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "kms-outage", pcr.V1, opts)
+	keyURI, caFile, root := newCA(t, opts, kmsURI(kms), "ca-"+suffix)
+	rs := runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "kms-outage", pcr.V1, opts)
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 	signedBefore := len(kms.SignRequests())
 
@@ -244,14 +225,7 @@ func TestKMSOutageDuringABurstSignsEachRequestOnce(t *testing.T) {
 	burst := createBurst(t, w, name, 20)
 	time.Sleep(5 * time.Second)
 	kms.ClearFaults()
-	leaves := map[string]string{}
-	for _, p := range burst {
-		got := waitTerminal(t, ctx, p, 60*time.Second)
-		if c := condition(got); c.Type != "Issued" {
-			t.Fatalf("%s after the outage: %s/%s %q", p.Name, c.Type, c.Reason, c.Message)
-		}
-		leaves[tbsDigest(t, got, root)] = p.Name
-	}
+	leaves := leavesOf(t, reconcileIssued(t, len(burst), 60*time.Second, namespacesOf(w), logFileOf(rs.LogPath)), root)
 	if wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leaves); wasted != 0 {
 		t.Errorf("%d KMS signatures for no issued certificate, want 0", wasted)
 	}
