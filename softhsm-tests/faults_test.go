@@ -271,6 +271,26 @@ func kmsURI(kms *awskmsfake.Server) string {
 	return "awskms:region=eu-west-1?endpoint=" + kms.URL()
 }
 
+// kmsRun is a signer in this process whose CA key is in the KMS fake, and
+// a pod on a node of its own that mounts its certificates.
+type kmsRun struct {
+	name   string
+	root   *x509.Certificate
+	signer *runningSigner
+	w      *controlplane.WorkloadObjects
+}
+
+func startKMSRun(t *testing.T, kms *awskmsfake.Server, opts all.Options, prefix string) kmsRun {
+	t.Helper()
+	suffix := uniqueName(t, prefix)
+	r := kmsRun{name: "keyward.dev/" + prefix + "-" + suffix}
+	var keyURI, caFile string
+	keyURI, caFile, r.root = newCA(t, opts, kmsURI(kms), "ca-"+suffix)
+	r.signer = runSignerWith(t, baseConfig(t, signerConfig(t, r.name, config.ProfilePodIdentity, keyURI, caFile)), prefix, pcr.V1, opts)
+	r.w = podOnNode(t, testContext(t), uniqueName(t, "node"), r.name)
+	return r
+}
+
 // The audit log parser reads both of klog's formats, and skips what is not
 // an audit line.
 func TestIssuedLogParsesTextAndJSON(t *testing.T) {
@@ -403,25 +423,21 @@ func TestFaultControlPlaneRestartedMidBurst(t *testing.T) {
 		restart func(context.Context) (time.Duration, error)
 	}{{"kube-apiserver", own.RestartAPIServer}, {"etcd", own.RestartEtcd}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := testContext(t)
-			suffix := uniqueName(t, "r")
-			name := "keyward.dev/restart-" + suffix
-			keyURI, caFile, root := newCA(t, opts, kmsURI(kms), "ca-"+suffix)
-			rs := runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "restart", pcr.V1, opts)
-			w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+			r := startKMSRun(t, kms, opts, "restart")
+			log := logFileOf(r.signer.LogPath)
 			signedBefore := len(kms.SignRequests())
 
-			createBurst(t, w, name, n)
-			waitIssuedLines(t, logFileOf(rs.LogPath), 5, 60*time.Second)
-			beforeRestart := len(parseIssuedLog(logFileOf(rs.LogPath)()))
+			createBurst(t, r.w, r.name, n)
+			waitIssuedLines(t, log, 5, 60*time.Second)
+			beforeRestart := len(parseIssuedLog(log()))
 			away, err := tc.restart(context.Background())
 			if err != nil {
 				t.Fatalf("restarting %s: %v", tc.name, err)
 			}
-			createBurst(t, w, name, more)
+			createBurst(t, r.w, r.name, more)
 
-			pcrs := reconcileIssued(t, n+more, 2*time.Minute, namespacesOf(w), logFileOf(rs.LogPath))
-			wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leavesOf(t, pcrs, root))
+			pcrs := reconcileIssued(t, n+more, 2*time.Minute, namespacesOf(r.w), log)
+			wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leavesOf(t, pcrs, r.root))
 			t.Logf("%s restarted in %s with %d of %d Issued; %d KMS signatures for no issued certificate",
 				tc.name, away.Round(time.Millisecond), beforeRestart, n, wasted)
 			if beforeRestart >= n {
@@ -446,25 +462,20 @@ func TestFaultKMSThrottlingAndErrors(t *testing.T) {
 	}
 	const perSecond = 5
 	kms, opts := startKMS(t)
-	ctx := testContext(t)
-	suffix := uniqueName(t, "kt")
-	name := "keyward.dev/kms-flaky-" + suffix
-	keyURI, caFile, root := newCA(t, opts, kmsURI(kms), "ca-"+suffix)
-	rs := runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "kms-flaky", pcr.V1, opts)
-	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	r := startKMSRun(t, kms, opts, "kms-flaky")
 	signedBefore, callsBefore := len(kms.SignRequests()), kms.Calls(awskmsfake.Sign)
 
 	kms.InjectRandomly(awskmsfake.Sign, 0.3, awskmsfake.Fault{Code: "ThrottlingException"}, awskmsfake.Fault{Status: http.StatusServiceUnavailable})
 	n := 0
 	for start := time.Now(); time.Since(start) < period; time.Sleep(time.Second) {
-		createBurst(t, w, name, perSecond)
+		createBurst(t, r.w, r.name, perSecond)
 		n += perSecond
 	}
 	kms.ClearFaults()
 
-	pcrs := reconcileIssued(t, n, 2*time.Minute, namespacesOf(w), logFileOf(rs.LogPath))
+	pcrs := reconcileIssued(t, n, 2*time.Minute, namespacesOf(r.w), logFileOf(r.signer.LogPath))
 	signed := kms.SignRequests()[signedBefore:]
-	wasted := checkOneSignatureEach(t, signed, leavesOf(t, pcrs, root))
+	wasted := checkOneSignatureEach(t, signed, leavesOf(t, pcrs, r.root))
 	calls := kms.Calls(awskmsfake.Sign) - callsBefore
 	faulted := calls - len(signed)
 	t.Logf("%d PCRs over %s: %d Sign calls, %d faulted (%.0f%%), %d signatures for no issued certificate",

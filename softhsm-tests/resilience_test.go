@@ -14,7 +14,6 @@ import (
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/faults"
 	"github.com/keyward/keyward/signer/config"
-	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -212,20 +211,15 @@ func checkOneSignatureEach(t *testing.T, signed []awskmsfake.SignRequest, leaves
 // the middle of a burst: every request is issued once it is back, none is
 // Failed, and the KMS signed each certificate once and nothing else.
 func TestKMSOutageDuringABurstSignsEachRequestOnce(t *testing.T) {
-	ctx := testContext(t)
 	kms, opts := startKMS(t)
-	suffix := uniqueName(t, "ko")
-	name := "keyward.dev/kms-outage-" + suffix
-	keyURI, caFile, root := newCA(t, opts, kmsURI(kms), "ca-"+suffix)
-	rs := runSignerWith(t, baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile)), "kms-outage", pcr.V1, opts)
-	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	r := startKMSRun(t, kms, opts, "kms-outage")
 	signedBefore := len(kms.SignRequests())
 
 	kms.Inject(awskmsfake.Sign, awskmsfake.Fault{Code: "KMSInternalException"}, faults.Always)
-	burst := createBurst(t, w, name, 20)
+	burst := createBurst(t, r.w, r.name, 20)
 	time.Sleep(5 * time.Second)
 	kms.ClearFaults()
-	leaves := leavesOf(t, reconcileIssued(t, len(burst), 60*time.Second, namespacesOf(w), logFileOf(rs.LogPath)), root)
+	leaves := leavesOf(t, reconcileIssued(t, len(burst), 60*time.Second, namespacesOf(r.w), logFileOf(r.signer.LogPath)), r.root)
 	if wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leaves); wasted != 0 {
 		t.Errorf("%d KMS signatures for no issued certificate, want 0", wasted)
 	}

@@ -210,20 +210,7 @@ func (cp *ControlPlane) waitAPIServerReady(ctx context.Context) error {
 // upgrade of a single control-plane node. It returns how long the
 // apiserver was away.
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context) (time.Duration, error) {
-	cp.restartMu.Lock()
-	defer cp.restartMu.Unlock()
-	began := time.Now()
-	p, err := cp.apiserver.restart(10 * time.Second)
-	if err != nil {
-		return 0, err
-	}
-	cp.apiserver = p
-	ctx, cancel := context.WithTimeout(ctx, cp.opts.StartTimeout)
-	defer cancel()
-	if err := cp.waitAPIServerReady(ctx); err != nil {
-		return 0, fmt.Errorf("kube-apiserver after its restart: %w", err)
-	}
-	return time.Since(began), nil
+	return cp.restart(ctx, &cp.apiserver, cp.waitAPIServerReady)
 }
 
 // RestartEtcd stops etcd (SIGTERM, SIGKILL after 10s) and starts it again
@@ -232,21 +219,28 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) (time.Duration, er
 // answer ok (the apiserver reconnects by itself). It returns how long
 // until the apiserver was ready again.
 func (cp *ControlPlane) RestartEtcd(ctx context.Context) (time.Duration, error) {
+	return cp.restart(ctx, &cp.etcd, func(ctx context.Context) error {
+		if err := waitHTTP(ctx, cp.etcd, http.DefaultClient, cp.etcdURL+"/health"); err != nil {
+			return err
+		}
+		return cp.waitAPIServerReady(ctx)
+	})
+}
+
+// restart restarts *p and waits until ready answers.
+func (cp *ControlPlane) restart(ctx context.Context, p **process, ready func(context.Context) error) (time.Duration, error) {
 	cp.restartMu.Lock()
 	defer cp.restartMu.Unlock()
 	began := time.Now()
-	p, err := cp.etcd.restart(10 * time.Second)
+	next, err := (*p).restart(10 * time.Second)
 	if err != nil {
 		return 0, err
 	}
-	cp.etcd = p
+	*p = next
 	ctx, cancel := context.WithTimeout(ctx, cp.opts.StartTimeout)
 	defer cancel()
-	if err := waitHTTP(ctx, cp.etcd, http.DefaultClient, cp.etcdURL+"/health"); err != nil {
-		return 0, fmt.Errorf("etcd after its restart: %w", err)
-	}
-	if err := cp.waitAPIServerReady(ctx); err != nil {
-		return 0, fmt.Errorf("kube-apiserver after etcd's restart: %w", err)
+	if err := ready(ctx); err != nil {
+		return 0, fmt.Errorf("after restarting %s: %w", next.name, err)
 	}
 	return time.Since(began), nil
 }
