@@ -395,7 +395,7 @@ func TestFaultSignerKilledMidBurst(t *testing.T) {
 
 	pcrs := reconcileIssued(t, n+more, 90*time.Second, namespacesOf(w), first.Output, second.Output)
 	wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leavesOf(t, pcrs, root))
-	t.Logf("%d Issued before the kill, %d by the restarted replica, all within %s of the kill; %d KMS signatures for no issued certificate",
+	t.Logf("%d Issued before the kill, %d by the restarted replica, reconciled %s after the kill; %d KMS signatures for no issued certificate",
 		beforeKill, len(pcrs)-beforeKill, time.Since(killed).Round(time.Second), wasted)
 	if beforeKill >= n {
 		t.Errorf("the whole burst of %d was Issued before the kill: nothing was in flight", n)
