@@ -134,6 +134,17 @@ func logFileOf(path string) func() string {
 // returns the PCRs as listed.
 func reconcileIssued(t *testing.T, want int, timeout time.Duration, namespaces []string, logs ...func() string) []*certv1.PodCertificateRequest {
 	t.Helper()
+	return reconcileAfterKill(t, 0, want, timeout, namespaces, logs...)
+}
+
+// reconcileAfterKill is reconcileIssued for a run that killed a replica
+// outright: up to unlogged PCRs may be Issued with no audit line. A
+// replica killed while its status write was on the wire never reads the
+// apiserver's answer, so it never logs what the apiserver stored: at
+// most one such request per worker of each killed replica. Their serials
+// must still be logged by nobody else.
+func reconcileAfterKill(t *testing.T, unlogged, want int, timeout time.Duration, namespaces []string, logs ...func() string) []*certv1.PodCertificateRequest {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
 	list := func() ([]*certv1.PodCertificateRequest, error) {
@@ -211,16 +222,17 @@ func reconcileIssued(t *testing.T, want int, timeout time.Duration, namespaces [
 				missing++
 			}
 		}
-		if missing == 0 || time.Since(waited) > 15*time.Second {
+		if missing <= unlogged && time.Since(waited) > 3*time.Second || missing == 0 || time.Since(waited) > 15*time.Second {
 			break
 		}
 	}
 
+	var notLogged []string
 	for uid, serial := range serials {
 		p := byUID[uid]
 		switch got := logged[uid]; {
 		case len(got) == 0:
-			t.Errorf("reconcile: %s/%s (uid %s, serial %s) is Issued but no signer logged it", p.Namespace, p.Name, uid, serial)
+			notLogged = append(notLogged, fmt.Sprintf("%s/%s (uid %s, serial %s)", p.Namespace, p.Name, uid, serial))
 		case len(got) > 1:
 			t.Errorf("reconcile: %s/%s (uid %s) was logged Issued %d times: %+v", p.Namespace, p.Name, uid, len(got), got)
 		case got[0].Serial != serial:
@@ -228,6 +240,11 @@ func reconcileIssued(t *testing.T, want int, timeout time.Duration, namespaces [
 		case got[0].Namespace != p.Namespace || got[0].Name != p.Name:
 			t.Errorf("reconcile: uid %s is %s/%s, the log says %s/%s", uid, p.Namespace, p.Name, got[0].Namespace, got[0].Name)
 		}
+	}
+	if len(notLogged) > unlogged {
+		t.Errorf("reconcile: %d PCRs are Issued but no signer logged them (%d allowed for the replicas killed): %v", len(notLogged), unlogged, notLogged)
+	} else if len(notLogged) > 0 {
+		t.Logf("reconcile: %d PCRs Issued without an audit line, written by a replica killed before it read the answer: %v", len(notLogged), notLogged)
 	}
 	perSerial := map[string]int{}
 	for _, l := range lines {
@@ -393,10 +410,10 @@ func TestFaultSignerKilledMidBurst(t *testing.T) {
 	second := startSignerProcess(t, cfg, "replica-0")
 	createBurst(t, w, name, more)
 
-	pcrs := reconcileIssued(t, n+more, 90*time.Second, namespacesOf(w), first.Output, second.Output)
+	pcrs := reconcileAfterKill(t, cfg.Workers, n+more, 90*time.Second, namespacesOf(w), first.Output, second.Output)
 	wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leavesOf(t, pcrs, root))
-	t.Logf("%d Issued before the kill, %d by the restarted replica, reconciled %s after the kill; %d KMS signatures for no issued certificate",
-		beforeKill, len(pcrs)-beforeKill, time.Since(killed).Round(time.Second), wasted)
+	t.Logf("%d logged Issued before the kill, %d by the restarted replica, reconciled %s after the kill; %d KMS signatures for no issued certificate",
+		beforeKill, len(parseIssuedLog(second.Output())), time.Since(killed).Round(time.Second), wasted)
 	if beforeKill >= n {
 		t.Errorf("the whole burst of %d was Issued before the kill: nothing was in flight", n)
 	}
