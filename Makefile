@@ -193,3 +193,8 @@ fuzz: ## run each fuzz target for $(FUZZTIME), one after another (docs/fuzzing.m
 .PHONY: vuln
 vuln: ## govulncheck ./... (vuln.go.dev, else a database built from golang.org/x/vulndb on the module proxy); see docs/security.md
 	GO=$(GO) ./hack/vulncheck.sh
+
+.PHONY: test-faults
+FAULT_TESTS = Fault|BackendOutageDuringABurst|LeaderStoppedMidBurst|KMSOutageDuringABurst
+test-faults: deps controlplane ## the fault-injection runs of docs/faults.md at full length (KEYWARD_FAULTS=long)
+	KEYWARD_FAULTS=long $(GO) test -count=1 -v -run '$(FAULT_TESTS)' -timeout 30m ./softhsm-tests/

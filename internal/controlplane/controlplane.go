@@ -55,6 +55,10 @@ type ControlPlane struct {
 	apiserver *process
 	admin     *rest.Config
 	stopOnce  sync.Once
+	// etcdURL is etcd's client URL, for its /health after a restart.
+	etcdURL string
+	// restartMu keeps restarts and Stop from racing on the processes.
+	restartMu sync.Mutex
 }
 
 // Start runs etcd and kube-apiserver and waits until the apiserver is ready.
@@ -113,6 +117,7 @@ func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp 
 
 	// etcd
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	cp.etcdURL = etcdURL
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
 	cp.etcd, err = startProcess("etcd", etcdBin, []string{
 		"--name=keyward-test",
@@ -183,15 +188,61 @@ func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp 
 		return cp, err
 	}
 	cp.admin = cp.restConfig(admin)
-	readyClient, err := rest.HTTPClientFor(cp.admin)
-	if err != nil {
-		return cp, fmt.Errorf("building readiness client: %w", err)
-	}
-	if err := waitHTTP(ctx, cp.apiserver, readyClient, cp.URL+"/readyz"); err != nil {
+	if err := cp.waitAPIServerReady(ctx); err != nil {
 		return cp, err
 	}
 	cp.StartDuration = time.Since(began)
 	return cp, nil
+}
+
+func (cp *ControlPlane) waitAPIServerReady(ctx context.Context) error {
+	readyClient, err := rest.HTTPClientFor(cp.admin)
+	if err != nil {
+		return fmt.Errorf("building readiness client: %w", err)
+	}
+	return waitHTTP(ctx, cp.apiserver, readyClient, cp.URL+"/readyz")
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, SIGKILL after 10s) and
+// starts it again with the same flags on the same port, and waits until
+// its /readyz answers ok (bounded by ctx and Options.StartTimeout). Its
+// clients see it go away and come back at the same URL, as in a rolling
+// upgrade of a single control-plane node. It returns how long the
+// apiserver was away.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context) (time.Duration, error) {
+	return cp.restart(ctx, &cp.apiserver, cp.waitAPIServerReady)
+}
+
+// RestartEtcd stops etcd (SIGTERM, SIGKILL after 10s) and starts it again
+// with the same flags, ports and data directory, so that nothing stored is
+// lost; it waits until etcd's /health and then kube-apiserver's /readyz
+// answer ok (the apiserver reconnects by itself). It returns how long
+// until the apiserver was ready again.
+func (cp *ControlPlane) RestartEtcd(ctx context.Context) (time.Duration, error) {
+	return cp.restart(ctx, &cp.etcd, func(ctx context.Context) error {
+		if err := waitHTTP(ctx, cp.etcd, http.DefaultClient, cp.etcdURL+"/health"); err != nil {
+			return err
+		}
+		return cp.waitAPIServerReady(ctx)
+	})
+}
+
+// restart restarts *p and waits until ready answers.
+func (cp *ControlPlane) restart(ctx context.Context, p **process, ready func(context.Context) error) (time.Duration, error) {
+	cp.restartMu.Lock()
+	defer cp.restartMu.Unlock()
+	began := time.Now()
+	next, err := (*p).restart(10 * time.Second)
+	if err != nil {
+		return 0, err
+	}
+	*p = next
+	ctx, cancel := context.WithTimeout(ctx, cp.opts.StartTimeout)
+	defer cancel()
+	if err := ready(ctx); err != nil {
+		return 0, fmt.Errorf("after restarting %s: %w", next.name, err)
+	}
+	return time.Since(began), nil
 }
 
 // waitHTTP polls url until it answers 200, the process exits, or ctx ends.
@@ -272,6 +323,8 @@ func (cp *ControlPlane) ServiceAccountConfig(namespace, name string) (*rest.Conf
 // is safe to call more than once and from a signal handler.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
+		cp.restartMu.Lock()
+		defer cp.restartMu.Unlock()
 		cp.apiserver.stop(10 * time.Second)
 		cp.etcd.stop(10 * time.Second)
 		if cp.opts.KeepLogsIn != "" {

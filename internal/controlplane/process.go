@@ -17,6 +17,8 @@ import (
 // process is one child (etcd or kube-apiserver) with its output in a log file.
 type process struct {
 	name    string
+	bin     string
+	args    []string
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -24,7 +26,19 @@ type process struct {
 }
 
 func startProcess(name, bin string, args []string, logPath string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	return runProcess(name, bin, args, logPath, os.O_TRUNC)
+}
+
+// restart stops p (SIGTERM, then SIGKILL after grace) and starts the same
+// binary with the same arguments, its output appended to the same log so
+// that both lives can be read in order.
+func (p *process) restart(grace time.Duration) (*process, error) {
+	p.stop(grace)
+	return runProcess(p.name, p.bin, p.args, p.logPath, os.O_APPEND)
+}
+
+func runProcess(name, bin string, args []string, logPath string, mode int) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|mode, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s log: %w", name, err)
 	}
@@ -39,7 +53,7 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &process{name: name, bin: bin, args: args, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		logFile.Close()

@@ -6,6 +6,8 @@ package faults
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -21,7 +23,15 @@ type Injector[F any] struct {
 	latency time.Duration
 	queued  map[string][]F
 	always  map[string]F
+	random  map[string]randomFaults[F]
 	calls   map[string]int
+}
+
+// randomFaults fail a fraction of calls, each with one of fs in turn.
+type randomFaults[F any] struct {
+	fraction float64
+	fs       []F
+	next     int
 }
 
 // SetLatency delays every later call by d (or until the call's context
@@ -53,12 +63,31 @@ func (in *Injector[F]) Inject(method string, f F, times int) {
 	}
 }
 
+// InjectRandomly fails each later call of method with probability
+// fraction (0 < fraction ≤ 1), drawn independently per call, until
+// ClearFaults; the calls it fails get fs in turn, so a mix such as
+// throttling and 5xx answers is spread evenly. Always and queued faults
+// come first. It panics on a fraction outside (0, 1] or no fault: a
+// test that asks for that has a bug.
+func (in *Injector[F]) InjectRandomly(method string, fraction float64, fs ...F) {
+	if !(fraction > 0 && fraction <= 1) || len(fs) == 0 {
+		panic(fmt.Sprintf("faults: InjectRandomly(%q, %v, %d faults): want 0 < fraction ≤ 1 and at least one fault", method, fraction, len(fs)))
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.random == nil {
+		in.random = map[string]randomFaults[F]{}
+	}
+	in.random[method] = randomFaults[F]{fraction: fraction, fs: fs}
+}
+
 // ClearFaults drops every injected fault. The latency stays.
 func (in *Injector[F]) ClearFaults() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	clear(in.queued)
 	clear(in.always)
+	clear(in.random)
 }
 
 // Calls is how many calls of method have begun, faulted ones included.
@@ -79,7 +108,12 @@ func (in *Injector[F]) Begin(ctx context.Context, method string) (F, error) {
 	in.calls[method]++
 	f, ok := in.always[method]
 	if q := in.queued[method]; !ok && len(q) > 0 {
-		f, in.queued[method] = q[0], q[1:]
+		f, in.queued[method], ok = q[0], q[1:], true
+	}
+	if r, random := in.random[method]; !ok && random && rand.Float64() < r.fraction {
+		f = r.fs[r.next%len(r.fs)]
+		r.next++
+		in.random[method] = r
 	}
 	latency := in.latency
 	in.mu.Unlock()

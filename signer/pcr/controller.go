@@ -532,8 +532,10 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 			c.opts.Metrics.ClockSkew.WithLabelValues(s.Name).Set(0)
 		}
 		c.observe(s, r, "Issued", ReasonIssued)
+		// The audit line: the uid ties the serial to this request, not
+		// to a later one of the same name (the fault tests reconcile it).
 		logger.Info("Issued",
-			"serial", cert.leaf.SerialNumber.Text(16), "namespace", r.namespace, "pod", r.podName,
+			"serial", cert.leaf.SerialNumber.Text(16), "uid", string(r.uid), "namespace", r.namespace, "pod", r.podName,
 			"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", KeyType(r.publicKey),
 			"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", cert.key)
 		c.events.issued(r.obj, "issued certificate serial %s by %s, valid until %s",
