@@ -47,6 +47,18 @@ func TestMissingAPIServerNamesTheMakeTarget(t *testing.T) {
 	}
 }
 
+func TestMissingControllerManagerNamesTheMakeTarget(t *testing.T) {
+	t.Setenv(EnvKubeControllerManager, "")
+	t.Setenv(EnvCacheDir, t.TempDir())
+	_, err := FindKubeControllerManager()
+	if !errors.Is(err, ErrBinaryMissing) {
+		t.Fatalf("got %v, want ErrBinaryMissing", err)
+	}
+	if !strings.Contains(err.Error(), "kube-controller-manager "+KubeVersion) || !strings.Contains(err.Error(), "make controller-manager") {
+		t.Errorf("error %q does not name kube-controller-manager %s and `make controller-manager`", err, KubeVersion)
+	}
+}
+
 func TestMissingEtcdNamesTheRemedy(t *testing.T) {
 	t.Setenv(EnvEtcd, "")
 	t.Setenv("PATH", t.TempDir())
