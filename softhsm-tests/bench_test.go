@@ -2,6 +2,7 @@ package softhsmtests
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,7 +23,8 @@ import (
 
 const benchWorkers = 8
 
-// issuedWatcher records when each PCR of a namespace is seen Issued.
+// issuedWatcher records when each request (PCRs of a namespace, CSRs of a
+// label) an informer delivers is first seen with a terminal status.
 type issuedWatcher struct {
 	mu     sync.Mutex
 	seen   map[string]time.Time
@@ -31,28 +33,49 @@ type issuedWatcher struct {
 	want   int
 }
 
+// outcome judges one object an informer delivered: its name, whether its
+// status is terminal yet, and if so whether it was issued.
+type outcome func(obj any) (name string, terminal, issued bool)
+
+func pcrOutcome(obj any) (string, bool, bool) {
+	p, ok := obj.(*certv1.PodCertificateRequest)
+	if !ok || len(p.Status.Conditions) == 0 {
+		return "", false, false
+	}
+	return p.Name, true, p.Status.Conditions[0].Type == "Issued"
+}
+
 func watchIssued(tb testing.TB, ctx context.Context, ns string, want int) *issuedWatcher {
+	tb.Helper()
+	inf := informerscertv1.NewPodCertificateRequestInformer(cp.AdminClient(), ns, 0, cache.Indexers{})
+	return watchOutcomes(tb, ctx, inf, want, pcrOutcome)
+}
+
+// watchOutcomes runs inf until ctx ends and records judge's terminal
+// outcomes; it returns once inf has synced.
+func watchOutcomes(tb testing.TB, ctx context.Context, inf cache.SharedIndexInformer, want int, judge outcome) *issuedWatcher {
 	tb.Helper()
 	iw := &issuedWatcher{seen: map[string]time.Time{}, done: make(chan struct{}), want: want}
 	record := func(obj any) {
-		p, ok := obj.(*certv1.PodCertificateRequest)
-		if !ok || len(p.Status.Conditions) == 0 {
+		name, terminal, issued := judge(obj)
+		if !terminal {
 			return
 		}
 		now := time.Now()
-		if p.Status.Conditions[0].Type != "Issued" {
-			iw.failed.Add(1)
-		}
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
-		if _, dup := iw.seen[p.Name]; !dup {
-			iw.seen[p.Name] = now
+		if _, dup := iw.seen[name]; !dup {
+			// Counted once per request: an informer may deliver a
+			// terminal object again (resync, a later update).
+			if !issued {
+				iw.failed.Add(1)
+			}
+			iw.seen[name] = now
 			if len(iw.seen) == iw.want {
 				close(iw.done)
 			}
 		}
 	}
-	inf := informerscertv1.NewPodCertificateRequestInformer(cp.AdminClient(), ns, 0, cache.Indexers{})
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
 	}); err != nil {
@@ -65,6 +88,13 @@ func watchIssued(tb testing.TB, ctx context.Context, ns string, want int) *issue
 	return iw
 }
 
+// snapshot is a copy of when each request was seen terminal.
+func (iw *issuedWatcher) snapshot() map[string]time.Time {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	return maps.Clone(iw.seen)
+}
+
 func (iw *issuedWatcher) wait(tb testing.TB, timeout time.Duration) {
 	tb.Helper()
 	select {
@@ -72,10 +102,10 @@ func (iw *issuedWatcher) wait(tb testing.TB, timeout time.Duration) {
 	case <-time.After(timeout):
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
-		tb.Fatalf("only %d of %d PCRs reached a status in %s", len(iw.seen), iw.want, timeout)
+		tb.Fatalf("only %d of %d requests reached a status in %s", len(iw.seen), iw.want, timeout)
 	}
 	if n := iw.failed.Load(); n > 0 {
-		tb.Fatalf("%d PCRs were not Issued", n)
+		tb.Fatalf("%d requests were not issued", n)
 	}
 }
 
