@@ -94,3 +94,28 @@ func TestStaleWorkDirsAreSwept(t *testing.T) {
 		t.Errorf("new work dir missing: %v", err)
 	}
 }
+
+// Options that would start a kube-controller-manager running its default
+// controllers, or at its default client limits, are refused before any
+// process starts, naming the field.
+func TestStartControllerManagerNamesTheMissingOption(t *testing.T) {
+	cp := &ControlPlane{}
+	full := ControllerManagerOptions{Dir: t.TempDir(), Controllers: []string{"csrsigning"}, QPS: 1, Burst: 1}
+	for field, opts := range map[string]ControllerManagerOptions{
+		"Dir":         {Controllers: full.Controllers, QPS: 1, Burst: 1},
+		"Controllers": {Dir: full.Dir, QPS: 1, Burst: 1},
+		"QPS":         {Dir: full.Dir, Controllers: full.Controllers, Burst: 1},
+		"Burst":       {Dir: full.Dir, Controllers: full.Controllers, QPS: 1},
+	} {
+		_, err := cp.StartControllerManager(opts)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("without %s: error %v, want one naming %s", field, err, field)
+		}
+	}
+	// The full options get as far as looking for the binary.
+	t.Setenv(EnvKubeControllerManager, "")
+	t.Setenv(EnvCacheDir, t.TempDir())
+	if _, err := cp.StartControllerManager(full); !errors.Is(err, ErrBinaryMissing) {
+		t.Errorf("with every option set and no binary: %v, want ErrBinaryMissing", err)
+	}
+}

@@ -46,8 +46,11 @@ func (cp *ControlPlane) StartControllerManager(opts ControllerManagerOptions) (*
 	if len(opts.Controllers) == 0 {
 		return nil, errors.New("ControllerManagerOptions.Controllers is empty: name the controllers to run (kube-controller-manager would run its default set)")
 	}
-	if opts.QPS <= 0 || opts.Burst <= 0 {
-		return nil, fmt.Errorf("ControllerManagerOptions.QPS %v and Burst %d must both be positive", opts.QPS, opts.Burst)
+	if opts.QPS <= 0 {
+		return nil, fmt.Errorf("ControllerManagerOptions.QPS is %v: want a positive --kube-api-qps", opts.QPS)
+	}
+	if opts.Burst <= 0 {
+		return nil, fmt.Errorf("ControllerManagerOptions.Burst is %d: want a positive --kube-api-burst", opts.Burst)
 	}
 	bin, err := FindKubeControllerManager()
 	if err != nil {
