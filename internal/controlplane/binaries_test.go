@@ -99,6 +99,9 @@ func TestStaleWorkDirsAreSwept(t *testing.T) {
 // controllers, or at its default client limits, are refused before any
 // process starts, naming the field.
 func TestStartControllerManagerNamesTheMissingOption(t *testing.T) {
+	// No binary anywhere, so that an option let through fails otherwise.
+	t.Setenv(EnvKubeControllerManager, "")
+	t.Setenv(EnvCacheDir, t.TempDir())
 	cp := &ControlPlane{}
 	full := ControllerManagerOptions{Dir: t.TempDir(), Controllers: []string{"csrsigning"}, QPS: 1, Burst: 1}
 	for field, opts := range map[string]ControllerManagerOptions{
@@ -113,8 +116,6 @@ func TestStartControllerManagerNamesTheMissingOption(t *testing.T) {
 		}
 	}
 	// The full options get as far as looking for the binary.
-	t.Setenv(EnvKubeControllerManager, "")
-	t.Setenv(EnvCacheDir, t.TempDir())
 	if _, err := cp.StartControllerManager(full); !errors.Is(err, ErrBinaryMissing) {
 		t.Errorf("with every option set and no binary: %v, want ErrBinaryMissing", err)
 	}
