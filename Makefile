@@ -4,6 +4,7 @@ KUBE_VERSION   := v1.37.1
 CACHE_DIR      ?= $(or $(KEYWARD_CACHE_DIR),$(HOME)/.cache/keyward)
 CP_DIR         := $(CACHE_DIR)/controlplane/$(KUBE_VERSION)
 KUBE_APISERVER := $(CP_DIR)/kube-apiserver
+KUBE_CONTROLLER_MANAGER := $(CP_DIR)/kube-controller-manager
 GO             ?= go
 SHELL          := /bin/bash
 .SHELLFLAGS    := -o pipefail -c
@@ -22,7 +23,7 @@ export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 export KEYWARD_HELM      := $(CURDIR)/bin/helm
 export KEYWARD_KUSTOMIZE := $(CURDIR)/bin/kustomize
 
-.PHONY: help build registry test test-unit test-e2e lint demo deps controlplane clean generate verify-generate
+.PHONY: help build registry test test-unit test-e2e lint demo deps controlplane controller-manager clean generate verify-generate
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -134,6 +135,15 @@ $(KUBE_APISERVER):
 	@mkdir -p $(CP_DIR)
 	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_APISERVER)
 
+controller-manager: $(KUBE_CONTROLLER_MANAGER) ## build kube-controller-manager $(KUBE_VERSION) into the cache, the peer of BenchmarkCSRSigning
+
+# Built like kube-apiserver, from the same pin (it reuses most of its
+# compiled packages); only the CSR signing benchmark runs it.
+$(KUBE_CONTROLLER_MANAGER):
+	@echo "building kube-controller-manager $(KUBE_VERSION) into $(CP_DIR) (minutes; progress every 15s)"
+	@mkdir -p $(CP_DIR)
+	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_CONTROLLER_MANAGER) kube-controller-manager
+
 clean: ## remove bin/ (the control-plane cache stays)
 	rm -rf bin
 
@@ -150,6 +160,9 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	$(MAKE) controlplane
 	@# Issuance rate against the bare ceiling and latency (file, SoftHSM2, KMS fake at 20 ms), failover, trust propagation.
 	$(GO) test -run '^$$' -bench 'PCRThroughput|PCRLatency|Failover|TrustPropagation' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/signer.txt
+	@# keyward against kube-controller-manager's csrsigning on the same CSRs; KEYWARD_PEER_N=100 for a quick try.
+	$(MAKE) controller-manager
+	$(GO) test -run '^$$' -bench CSRSigning -benchtime 1x -count $(BENCH_COUNT) ./softhsm-tests/ | tee $(BENCH_OUT)/peer.txt
 	$(MAKE) bench-tokens
 	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
 	$(GO) build -o bin/keyward ./cmd/keyward

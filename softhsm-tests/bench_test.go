@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -108,32 +109,63 @@ func (f *benchFleet) create(b *testing.B, ctx context.Context, i int) (*certv1.P
 	return f.nodes[w].CertificatesV1().PodCertificateRequests(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 }
 
-// issuedWatcher records when each PCR of one signer name is seen with a
-// status, from a watch over all namespaces.
+// issuedWatcher records when each request (PCRs of one signer name, CSRs
+// of a label) an informer delivers is first seen with a terminal status.
 type issuedWatcher struct {
 	mu     sync.Mutex
-	seen   map[string]time.Time // namespace/name → first seen with a condition
+	seen   map[string]time.Time // namespace/name (name for CSRs) → first seen terminal
 	failed atomic.Int32
 	done   chan struct{}
 	want   int
 }
 
+// outcome judges one object an informer delivered: its key, whether its
+// status is terminal yet, and if so whether it was issued.
+type outcome func(obj any) (key string, terminal, issued bool)
+
+// watchIssued watches the PCRs of signerName in every namespace.
 func watchIssued(tb testing.TB, ctx context.Context, signerName string, want int) *issuedWatcher {
+	tb.Helper()
+	return watchPCRs(tb, ctx, metav1.NamespaceAll, signerName, want)
+}
+
+// watchIssuedIn watches the PCRs of one namespace, of any signer name.
+func watchIssuedIn(tb testing.TB, ctx context.Context, namespace string, want int) *issuedWatcher {
+	tb.Helper()
+	return watchPCRs(tb, ctx, namespace, "", want)
+}
+
+func watchPCRs(tb testing.TB, ctx context.Context, namespace, signerName string, want int) *issuedWatcher {
+	tb.Helper()
+	inf := informerscertv1.NewPodCertificateRequestInformer(cp.AdminClient(), namespace, 0, cache.Indexers{})
+	return watchOutcomes(tb, ctx, inf, want, func(obj any) (string, bool, bool) {
+		p, ok := obj.(*certv1.PodCertificateRequest)
+		if !ok || signerName != "" && p.Spec.SignerName != signerName || len(p.Status.Conditions) == 0 {
+			return "", false, false
+		}
+		return p.Namespace + "/" + p.Name, true, p.Status.Conditions[0].Type == "Issued"
+	})
+}
+
+// watchOutcomes runs inf until ctx ends and records judge's terminal
+// outcomes; it returns once inf has synced.
+func watchOutcomes(tb testing.TB, ctx context.Context, inf cache.SharedIndexInformer, want int, judge outcome) *issuedWatcher {
 	tb.Helper()
 	iw := &issuedWatcher{seen: map[string]time.Time{}, done: make(chan struct{}), want: want}
 	record := func(obj any) {
-		p, ok := obj.(*certv1.PodCertificateRequest)
-		if !ok || p.Spec.SignerName != signerName || len(p.Status.Conditions) == 0 {
+		key, terminal, issued := judge(obj)
+		if !terminal {
 			return
 		}
 		now := time.Now()
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
-		key := p.Namespace + "/" + p.Name
 		if _, dup := iw.seen[key]; dup {
+			// Counted once per request: an informer may deliver a
+			// terminal object again (resync, a later update).
 			return
 		}
-		if p.Status.Conditions[0].Type != "Issued" {
+		if !issued {
 			iw.failed.Add(1)
 		}
 		iw.seen[key] = now
@@ -141,7 +173,6 @@ func watchIssued(tb testing.TB, ctx context.Context, signerName string, want int
 			close(iw.done)
 		}
 	}
-	inf := informerscertv1.NewPodCertificateRequestInformer(cp.AdminClient(), metav1.NamespaceAll, 0, cache.Indexers{})
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
 	}); err != nil {
@@ -154,6 +185,13 @@ func watchIssued(tb testing.TB, ctx context.Context, signerName string, want int
 	return iw
 }
 
+// snapshot is a copy of when each request was seen terminal.
+func (iw *issuedWatcher) snapshot() map[string]time.Time {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	return maps.Clone(iw.seen)
+}
+
 func (iw *issuedWatcher) wait(tb testing.TB, timeout time.Duration) {
 	tb.Helper()
 	select {
@@ -161,10 +199,10 @@ func (iw *issuedWatcher) wait(tb testing.TB, timeout time.Duration) {
 	case <-time.After(timeout):
 		iw.mu.Lock()
 		defer iw.mu.Unlock()
-		tb.Fatalf("only %d of %d PCRs reached a status in %s", len(iw.seen), iw.want, timeout)
+		tb.Fatalf("only %d of %d requests reached a status in %s", len(iw.seen), iw.want, timeout)
 	}
 	if n := iw.failed.Load(); n > 0 {
-		tb.Fatalf("%d PCRs were not Issued", n)
+		tb.Fatalf("%d requests were not issued", n)
 	}
 }
 

@@ -54,23 +54,28 @@ func newCSR(t *testing.T, ctx context.Context, client kubernetes.Interface, sign
 // approve adds Approved=True as an admin would (kubectl certificate approve).
 func approve(t *testing.T, ctx context.Context, c *certv1.CertificateSigningRequest) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		cur, err := cp.AdminClient().CertificatesV1().CertificateSigningRequests().Get(ctx, c.Name, metav1.GetOptions{})
+	if err := tryApprove(ctx, cp.AdminClient(), c.Name); err != nil {
+		t.Fatalf("approving %s: %v", c.Name, err)
+	}
+}
+
+// tryApprove is approve for goroutines: it returns its error (t.Fatal must
+// run on the test's goroutine). It retries on conflict.
+func tryApprove(ctx context.Context, admin kubernetes.Interface, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		cur, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		cur.Status.Conditions = append(cur.Status.Conditions, certv1.CertificateSigningRequestCondition{
 			Type: certv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "TestApproved", Message: "approved by the test",
 		})
-		_, err = cp.AdminClient().CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, cur, metav1.UpdateOptions{})
+		_, err = admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, cur, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			return false, nil
 		}
 		return err == nil, err
 	})
-	if err != nil {
-		t.Fatalf("approving %s: %v", c.Name, err)
-	}
 }
 
 // waitCSRDone waits until the CSR has a certificate or a Failed condition.
@@ -102,7 +107,7 @@ func failedCondition(c *certv1.CertificateSigningRequest) *certv1.CertificateSig
 
 // csrLeaf checks status.certificate is exactly one leaf (the root is
 // not sent) that chains to root and is no CA, and returns it.
-func csrLeaf(t *testing.T, c *certv1.CertificateSigningRequest, root *x509.Certificate) *x509.Certificate {
+func csrLeaf(t testing.TB, c *certv1.CertificateSigningRequest, root *x509.Certificate) *x509.Certificate {
 	t.Helper()
 	if f := failedCondition(c); f != nil {
 		t.Fatalf("CSR Failed: %s: %s", f.Reason, f.Message)
@@ -116,7 +121,7 @@ func csrLeaf(t *testing.T, c *certv1.CertificateSigningRequest, root *x509.Certi
 		t.Fatal(err)
 	}
 	if err := leaf.CheckSignatureFrom(root); err != nil {
-		t.Fatalf("leaf not signed by the HSM-held CA: %v", err)
+		t.Fatalf("leaf not signed by the CA %q: %v", root.Subject.CommonName, err)
 	}
 	if leaf.IsCA || !leaf.BasicConstraintsValid {
 		t.Fatalf("leaf IsCA=%v basicConstraintsValid=%v", leaf.IsCA, leaf.BasicConstraintsValid)

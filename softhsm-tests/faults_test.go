@@ -532,12 +532,12 @@ func TestFaultNodeFloodLeavesOtherNodesServed(t *testing.T) {
 	rs := runSigner(t, baseConfig(t, sc), "flood")
 
 	flood := podOnNode(t, ctx, uniqueName(t, "flood"), name)
-	floodWatch := watchIssued(t, ctx, flood.Pod.Namespace, floodN)
+	floodWatch := watchIssuedIn(t, ctx, flood.Pod.Namespace, floodN)
 	quiet := make([]*controlplane.WorkloadObjects, quietNodes)
 	quietWatch := make([]*issuedWatcher, quietNodes)
 	for i := range quiet {
 		quiet[i] = podOnNode(t, ctx, uniqueName(t, fmt.Sprintf("quiet%d", i)), name)
-		quietWatch[i] = watchIssued(t, ctx, quiet[i].Pod.Namespace, quietEach)
+		quietWatch[i] = watchIssuedIn(t, ctx, quiet[i].Pod.Namespace, quietEach)
 	}
 
 	var mu sync.Mutex
@@ -571,7 +571,7 @@ func TestFaultNodeFloodLeavesOtherNodesServed(t *testing.T) {
 				if err != nil {
 					errs = append(errs, fmt.Errorf("node %s: %w", w.Node.Name, err))
 				} else {
-					created[p.Name] = at
+					created[p.Namespace+"/"+p.Name] = at
 				}
 				mu.Unlock()
 				<-tick.C

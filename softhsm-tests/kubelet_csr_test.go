@@ -57,7 +57,7 @@ func dropAuthorities(t *testing.T, ctx context.Context, signerName string) {
 // kubeletSignerConfig is keyward's configuration serving the kubernetes.io
 // kubelet signer names, for a cluster whose kube-controller-manager runs
 // without its csrsigning controller.
-func kubeletSignerConfig(t *testing.T, profiles ...string) *config.SignerConfiguration {
+func kubeletSignerConfig(t testing.TB, profiles ...string) *config.SignerConfiguration {
 	t.Helper()
 	var signers []config.Signer
 	for _, p := range profiles {

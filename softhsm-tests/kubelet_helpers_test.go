@@ -485,7 +485,7 @@ type rotator interface {
 // grantSigner gives the signer's service account verbs (sign, attest) on
 // signerName until the test ends: the shipped role covers keyward.dev/*
 // only, and a cluster handing a kubernetes.io name to keyward adds it.
-func grantSigner(t *testing.T, ctx context.Context, signerName string, verbs ...string) {
+func grantSigner(t testing.TB, ctx context.Context, signerName string, verbs ...string) {
 	t.Helper()
 	name := uniqueName(t, "signer-grant")
 	rbac := cp.AdminClient().RbacV1()

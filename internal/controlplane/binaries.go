@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // KubeVersion is the kube-apiserver version the tests run against. It must
@@ -15,9 +16,10 @@ const KubeVersion = "v1.37.1"
 
 // Environment variables that override where the binaries are found.
 const (
-	EnvKubeAPIServer = "KEYWARD_KUBE_APISERVER"
-	EnvEtcd          = "KEYWARD_ETCD"
-	EnvCacheDir      = "KEYWARD_CACHE_DIR"
+	EnvKubeAPIServer         = "KEYWARD_KUBE_APISERVER"
+	EnvKubeControllerManager = "KEYWARD_KUBE_CONTROLLER_MANAGER"
+	EnvEtcd                  = "KEYWARD_ETCD"
+	EnvCacheDir              = "KEYWARD_CACHE_DIR"
 )
 
 // ErrBinaryMissing is returned (wrapped) when a control-plane binary cannot be
@@ -52,6 +54,22 @@ func findKubeAPIServer() (string, error) {
 	return checkExecutable(filepath.Join(dir, "kube-apiserver"), "make controlplane")
 }
 
+// FindKubeControllerManager returns the kube-controller-manager binary:
+// $KEYWARD_KUBE_CONTROLLER_MANAGER or the one `make controller-manager`
+// built into CacheDir. Only the CSR signing benchmark needs it, so `make
+// controlplane` does not build it. A benchmark calls it before its set-up,
+// to stop early with the error's remedy.
+func FindKubeControllerManager() (string, error) {
+	if p := os.Getenv(EnvKubeControllerManager); p != "" {
+		return checkExecutable(p, EnvKubeControllerManager)
+	}
+	dir, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	return checkExecutable(filepath.Join(dir, "kube-controller-manager"), "make controller-manager")
+}
+
 // findEtcd returns the etcd binary: $KEYWARD_ETCD, or etcd on PATH (Debian's
 // etcd-server package installs /usr/bin/etcd).
 func findEtcd() (string, error) {
@@ -65,11 +83,14 @@ func findEtcd() (string, error) {
 	return p, nil
 }
 
+// checkExecutable returns path if it is an executable file. remedy is the
+// make target that builds a cached binary ("make ...") or the environment
+// variable that named path.
 func checkExecutable(path, remedy string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		if remedy == "make controlplane" {
-			return "", fmt.Errorf("%w: kube-apiserver %s not found at %s: run `make controlplane` to build it", ErrBinaryMissing, KubeVersion, path)
+		if strings.HasPrefix(remedy, "make ") {
+			return "", fmt.Errorf("%w: %s %s not found at %s: run `%s` to build it", ErrBinaryMissing, filepath.Base(path), KubeVersion, path, remedy)
 		}
 		return "", fmt.Errorf("%w: %s=%s: %v", ErrBinaryMissing, remedy, path, err)
 	}

@@ -47,6 +47,18 @@ func TestMissingAPIServerNamesTheMakeTarget(t *testing.T) {
 	}
 }
 
+func TestMissingControllerManagerNamesTheMakeTarget(t *testing.T) {
+	t.Setenv(EnvKubeControllerManager, "")
+	t.Setenv(EnvCacheDir, t.TempDir())
+	_, err := FindKubeControllerManager()
+	if !errors.Is(err, ErrBinaryMissing) {
+		t.Fatalf("got %v, want ErrBinaryMissing", err)
+	}
+	if !strings.Contains(err.Error(), "kube-controller-manager "+KubeVersion) || !strings.Contains(err.Error(), "make controller-manager") {
+		t.Errorf("error %q does not name kube-controller-manager %s and `make controller-manager`", err, KubeVersion)
+	}
+}
+
 func TestMissingEtcdNamesTheRemedy(t *testing.T) {
 	t.Setenv(EnvEtcd, "")
 	t.Setenv("PATH", t.TempDir())
@@ -80,5 +92,31 @@ func TestStaleWorkDirsAreSwept(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Errorf("new work dir missing: %v", err)
+	}
+}
+
+// Options that would start a kube-controller-manager running its default
+// controllers, or at its default client limits, are refused before any
+// process starts, naming the field.
+func TestStartControllerManagerNamesTheMissingOption(t *testing.T) {
+	// No binary anywhere, so that an option let through fails otherwise.
+	t.Setenv(EnvKubeControllerManager, "")
+	t.Setenv(EnvCacheDir, t.TempDir())
+	cp := &ControlPlane{}
+	full := ControllerManagerOptions{Dir: t.TempDir(), Controllers: []string{"csrsigning"}, QPS: 1, Burst: 1}
+	for field, opts := range map[string]ControllerManagerOptions{
+		"Dir":         {Controllers: full.Controllers, QPS: 1, Burst: 1},
+		"Controllers": {Dir: full.Dir, QPS: 1, Burst: 1},
+		"QPS":         {Dir: full.Dir, Controllers: full.Controllers, Burst: 1},
+		"Burst":       {Dir: full.Dir, Controllers: full.Controllers, QPS: 1},
+	} {
+		_, err := cp.StartControllerManager(opts)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("without %s: error %v, want one naming %s", field, err, field)
+		}
+	}
+	// The full options get as far as looking for the binary.
+	if _, err := cp.StartControllerManager(full); !errors.Is(err, ErrBinaryMissing) {
+		t.Errorf("with every option set and no binary: %v, want ErrBinaryMissing", err)
 	}
 }
