@@ -11,9 +11,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,16 +133,9 @@ func peerSize(b *testing.B) int {
 // kube-controller-manager reads too) and returns the key's URI and path, the
 // certificate's path and the certificate.
 func peerFileCA(b *testing.B) (string, string, string, *x509.Certificate) {
-	// Not b.TempDir: it is named after the sub-benchmark, and the "=" of
-	// signer=... is not allowed in a file: key URI's path.
-	dir, err := os.MkdirTemp("", "keyward-peer-ca-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	keyPath := filepath.Join(dir, "ca.key")
-	keyURI, caFile, root := newCA(b, all.Options{}, "file:"+keyPath, uniqueName(b, "peer-ca"))
-	return keyURI, keyPath, caFile, root
+	createURI := fileKeyURI(b)
+	keyURI, caFile, root := newCA(b, all.Options{}, createURI, uniqueName(b, "peer-ca"))
+	return keyURI, strings.TrimPrefix(createURI, "file:"), caFile, root
 }
 
 // keywardPeer returns what starts keyward, in this process, as the signer of
