@@ -29,8 +29,9 @@ import (
 )
 
 // The fault-injection runs (docs/faults.md) end with reconcileIssued: the
-// apiserver's view of a burst against the signer's audit log, its "Issued"
-// lines (signer/pcr/controller.go), one per status written.
+// apiserver's view of a burst against the signer's audit log
+// (signer/pcr/controller.go): a "Signed" line per certificate, before its
+// status write, and an "Issued" line per status written.
 
 // envFaults set to "long" makes the runs that scale with time run for
 // their full length (make test-faults); otherwise they are cut to fit the
@@ -50,7 +51,15 @@ type issuedLine struct {
 // textlogger in runSigner) or as JSON lines (klog's JSON format: "msg",
 // and the pcr reference as {"name","namespace"}). Lines without a serial
 // and a uid are not audit lines and are skipped.
-func parseIssuedLog(out string) []issuedLine {
+func parseIssuedLog(out string) []issuedLine { return parseAuditLog(out, "Issued") }
+
+// parseSignedLog finds the "Signed" audit lines, written before the status
+// write, so that a replica killed during the write has still named the
+// certificate.
+func parseSignedLog(out string) []issuedLine { return parseAuditLog(out, "Signed") }
+
+// parseAuditLog finds the audit lines with message msg.
+func parseAuditLog(out, msg string) []issuedLine {
 	var lines []issuedLine
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -62,7 +71,7 @@ func parseIssuedLog(out string) []issuedLine {
 				Msg, UID, Serial, Namespace string
 				PCR                         struct{ Name, Namespace string }
 			}
-			if json.Unmarshal([]byte(text), &j) != nil || j.Msg != "Issued" {
+			if json.Unmarshal([]byte(text), &j) != nil || j.Msg != msg {
 				continue
 			}
 			l = issuedLine{UID: j.UID, Serial: j.Serial, Namespace: j.PCR.Namespace, Name: j.PCR.Name}
@@ -70,7 +79,7 @@ func parseIssuedLog(out string) []issuedLine {
 				l.Namespace = j.Namespace
 			}
 		} else {
-			_, rest, ok := strings.Cut(text, `] "Issued" `)
+			_, rest, ok := strings.Cut(text, `] "`+msg+`" `)
 			if !ok {
 				continue
 			}
@@ -227,6 +236,20 @@ func reconcileAfterKill(t *testing.T, unlogged, want int, timeout time.Duration,
 		}
 	}
 
+	// Every certificate the apiserver holds was named, before its write,
+	// by a "Signed" line for its uid: killed replicas included.
+	signed := map[string]bool{}
+	for _, read := range logs {
+		for _, l := range parseSignedLog(read()) {
+			signed[l.UID+"/"+l.Serial] = true
+		}
+	}
+	for uid, serial := range serials {
+		if p := byUID[uid]; !signed[uid+"/"+serial] {
+			t.Errorf("reconcile: %s/%s (uid %s) carries serial %s, which no signer logged as Signed", p.Namespace, p.Name, uid, serial)
+		}
+	}
+
 	var notLogged []string
 	for uid, serial := range serials {
 		p := byUID[uid]
@@ -318,7 +341,11 @@ func TestIssuedLogParsesTextAndJSON(t *testing.T) {
 		`{"ts":1.7e9,"caller":"pcr/controller.go:537","msg":"Issued","v":0,"pcr":{"name":"pcr-4","namespace":"ns-b"},"signer":"keyward.dev/x","serial":"abc","uid":"u-4"}`,
 		`{"ts":1.7e9,"msg":"Caches synced; issuing","workers":4}`,
 		`not a log line`,
+		`I1127 19:36:06.023456    1234 controller.go:478] "Signed" pcr="ns-a/pcr-1" signer="keyward.dev/x" serial="1f2e" uid="u-1" caKeyID="k"`,
 	}, "\n")
+	if got, want := parseSignedLog(out), []issuedLine{{UID: "u-1", Namespace: "ns-a", Name: "pcr-1", Serial: "1f2e"}}; !slices.Equal(got, want) {
+		t.Fatalf("parsed Signed lines %+v, want %+v", got, want)
+	}
 	got := parseIssuedLog(out)
 	want := []issuedLine{
 		{UID: "u-1", Namespace: "ns-a", Name: "pcr-1", Serial: "1f2e"},

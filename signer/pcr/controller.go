@@ -470,6 +470,12 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 				"outage", c.opts.Clock.Since(since).Round(time.Second))
 		}
 		c.records.update(r.uid, func(rec *requestRecord) { rec.cert = cert })
+		// The first audit line, before the status write: a replica killed
+		// while the write is on the wire never reads the answer, so the
+		// "Issued" line alone could miss a certificate the apiserver
+		// stored. Every certificate that can exist is named here.
+		klog.FromContext(ctx).Info("Signed", "pcr", klog.KRef(r.namespace, r.name), "signer", s.Name,
+			"serial", cert.leaf.SerialNumber.Text(16), "uid", string(r.uid), "caKeyID", cert.key)
 	}
 
 	err = c.api.writeStatus(ctx, r, c.issuedStatus(s, cert))
