@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/kubeclient"
@@ -24,6 +25,7 @@ import (
 	informerscertv1 "k8s.io/client-go/informers/certificates/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Run with: go test -run '^$' -bench 'PCRThroughput|PCRLatency' -benchtime 1x ./softhsm-tests/
@@ -222,6 +224,9 @@ func benchSigner(b *testing.B, key benchKey, signerName string) *config.SignerCo
 // workers. The nodes create exactly as they do for keyward, and the time
 // ends, as keyward's does, when the test's watch has seen every status.
 func bareRate(b *testing.B, ctx context.Context, cfg *config.SignerConfiguration, n int) float64 {
+	// Quiet: kubeclient logs the apiserver's warnings to the context's
+	// logger, and a log line on the benchmark's stream splits its result.
+	ctx = klog.NewContext(ctx, logr.Discard())
 	name := "keyward.dev/bare-" + uniqueName(b, "t")
 	fleet := newFleet(b, ctx, name)
 	ca := newTestCA(b)

@@ -88,7 +88,7 @@ func readSeries(dir string) ([]Series, map[string]string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		r := benchfmt.NewReader(bytes.NewReader(data), filepath.Base(f))
+		r := benchfmt.NewReader(bytes.NewReader(rejoinSplitResults(data)), filepath.Base(f))
 		for r.Scan() {
 			res, ok := r.Result().(*benchfmt.Result)
 			if !ok {
@@ -257,4 +257,41 @@ func splice(doc, body string) (string, error) {
 		return "", fmt.Errorf("the document needs the lines %q and %q, once each, in that order", beginMark, endMark)
 	}
 	return doc[:i+len(beginMark)] + "\n" + body + doc[j:], nil
+}
+
+// rejoinSplitResults mends result lines a log line split. go test prints a
+// benchmark's name, then runs it, then prints its figures; the test
+// binary's stderr shares the stream, so a line logged while the benchmark
+// runs lands between the two ("BenchmarkX-2 \tI1127 … log" and, lines
+// later, "       1\t… ns/op …"). The name is put back in front of the
+// figures; the log lines stay (benchfmt skips them).
+func rejoinSplitResults(data []byte) []byte {
+	lines := bytes.Split(data, []byte("\n"))
+	var name []byte
+	for i, l := range lines {
+		if bytes.HasPrefix(l, []byte("Benchmark")) {
+			n, rest, ok := bytes.Cut(l, []byte("\t"))
+			name = nil
+			if ok && !startsWithCount(rest) {
+				name = bytes.TrimSpace(n)
+			}
+			continue
+		}
+		if name != nil && startsWithCount(l) {
+			lines[i] = append(append(append([]byte{}, name...), '\t'), l...)
+			name = nil
+		}
+	}
+	return bytes.Join(lines, []byte("\n"))
+}
+
+// startsWithCount reports whether s is the figures part of a result line:
+// blanks, then the iteration count, then a tab.
+func startsWithCount(s []byte) bool {
+	s = bytes.TrimLeft(s, " ")
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n > 0 && n < len(s) && s[n] == '\t'
 }

@@ -115,3 +115,19 @@ func TestTheRepositoryTargetsNameRealBenchmarks(t *testing.T) {
 		}
 	}
 }
+
+func TestRejoinSplitResults(t *testing.T) {
+	in := "BenchmarkA-2   \t       1\t 5 ns/op\t 2.0 x/s\n" +
+		"BenchmarkB/k=v-2 \tI1127 21:35:40.311439 12532 kubeclient.go:79] \"Warning\"\n" +
+		"I1127 another log line\n" +
+		"       1\t6279144413 ns/op\t 230.3 PCR/s\n" +
+		"       1\t1 ns/op\n"
+	want := "BenchmarkA-2   \t       1\t 5 ns/op\t 2.0 x/s\n" +
+		"BenchmarkB/k=v-2 \tI1127 21:35:40.311439 12532 kubeclient.go:79] \"Warning\"\n" +
+		"I1127 another log line\n" +
+		"BenchmarkB/k=v-2\t       1\t6279144413 ns/op\t 230.3 PCR/s\n" +
+		"       1\t1 ns/op\n"
+	if got := string(rejoinSplitResults([]byte(in))); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

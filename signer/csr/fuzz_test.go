@@ -163,6 +163,13 @@ func keepsRules(t *testing.T, p *csr.Policy, req *x509.CertificateRequest, usage
 			if !strings.HasPrefix(u.String(), "spiffe://example.com/") || u.Host != "example.com" {
 				t.Fatalf("%s passed URI %q (host %q)", p.Name, u, u.Host)
 			}
+			// Under a "*" pattern only a plain path: what every relying
+			// party reads the same way.
+			path := strings.TrimPrefix(u.String(), "spiffe://example.com/")
+			if strings.ContainsAny(u.String(), "%?#@") || slices.ContainsFunc(strings.Split(path, "/"), func(seg string) bool { return seg == "." || seg == ".." }) ||
+				strings.Contains(path, "//") {
+				t.Fatalf("%s passed URI %q, which is not a plain path under the pattern", p.Name, u)
+			}
 		}
 		if len(req.EmailAddresses) > 0 || len(us) == 0 {
 			t.Fatalf("%s passed emails %q, usages %q", p.Name, req.EmailAddresses, us)
