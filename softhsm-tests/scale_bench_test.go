@@ -162,7 +162,7 @@ func BenchmarkTrustPropagation(b *testing.B) {
 		waitFile(bundle)
 		lat = append(lat, time.Since(accepted))
 	}
-	reportLatencies(b, lat)
+	reportLatencies(b, "", lat)
 	var worst time.Duration
 	for _, d := range lat {
 		worst = max(worst, d)

@@ -319,6 +319,14 @@ func (cp *ControlPlane) ServiceAccountConfig(namespace, name string) (*rest.Conf
 		"system:serviceaccounts", "system:serviceaccounts:"+namespace, "system:authenticated")
 }
 
+// PIDs returns the process IDs of kube-apiserver and etcd as they run now
+// (a restart changes them), e.g. to read their CPU time from /proc.
+func (cp *ControlPlane) PIDs() (apiserver, etcd int) {
+	cp.restartMu.Lock()
+	defer cp.restartMu.Unlock()
+	return cp.apiserver.cmd.Process.Pid, cp.etcd.cmd.Process.Pid
+}
+
 // Stop terminates kube-apiserver and etcd and removes the work directory. It
 // is safe to call more than once and from a signal handler.
 func (cp *ControlPlane) Stop() {
