@@ -41,9 +41,13 @@ import (
 //
 // KEYWARD_BURST_N sets the number of PCRs (default 10 000); without
 // KEYWARD_BURST_BINARY the benchmark builds ./cmd/keyward itself.
+// KEYWARD_BURST_CPUPROFILE=<file> turns on the signer's profiling and
+// writes a CPU profile of its first 20 seconds of the burst there (read
+// it with go tool pprof <binary> <file>).
 const (
 	envBurstN      = "KEYWARD_BURST_N"
 	envBurstBinary = "KEYWARD_BURST_BINARY"
+	envBurstCPU    = "KEYWARD_BURST_CPUPROFILE"
 
 	burstDefaultN = 10000
 	burstNodes    = 10
@@ -92,6 +96,8 @@ func BenchmarkBurst10k(b *testing.B) {
 	// KEYWARD_BURST_EVENTS_ISSUED=true records an Event per issuance (off by
 	// default), to see the Event rate limit at work.
 	cfg.Events.Issued = os.Getenv("KEYWARD_BURST_EVENTS_ISSUED") == "true"
+	profilePath := os.Getenv(envBurstCPU)
+	cfg.Profiling = profilePath != ""
 
 	// Ten nodes, each with a pod; every PCR is built (key, proof of
 	// possession) before the clock starts.
@@ -120,6 +126,13 @@ func BenchmarkBurst10k(b *testing.B) {
 	iw := watchIssued(b, ctx, name, n)
 	start := time.Now()
 	var wg sync.WaitGroup
+	if profilePath != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fetchProfile(b, "http://"+cfg.MetricsAddress+"/debug/pprof/profile?seconds=20", profilePath)
+		}()
+	}
 	for i, w := range workloads {
 		node := nodeClient(b, w.Node.Name)
 		wg.Add(1)
@@ -166,7 +179,7 @@ func BenchmarkBurst10k(b *testing.B) {
 	cpuPerIssueMetric := (fullMetrics.sum("process_cpu_seconds_total") - emptyMetrics.sum("process_cpu_seconds_total")) / float64(n)
 	b.Logf("%d PCRs from %d nodes in %s; signer pid %d", n, burstNodes, last.Sub(start).Round(time.Millisecond), sp.cmd.Process.Pid)
 	b.Logf("RSS empty: /proc %.1f MiB, metric %.1f MiB; with %d PCRs: /proc %.1f MiB, metric %.1f MiB",
-		emptyRSS, emptyMetrics.sum("process_resident_memory_bytes")/(1<<20), n, fullRSS, fullMetrics.sum("process_resident_memory_bytes")/(1<<20))
+		emptyRSS.total, emptyMetrics.sum("process_resident_memory_bytes")/(1<<20), n, fullRSS.total, fullMetrics.sum("process_resident_memory_bytes")/(1<<20))
 	b.Logf("CPU per issuance: /proc %.3f ms, metric %.3f ms; raw x509.CreateCertificate %.3f ms",
 		cpuPerIssue*1e3, cpuPerIssueMetric*1e3, rawCPU*1e3)
 	b.Logf("Events on PCRs: %d for %g outcomes", events, outcomes)
@@ -194,9 +207,13 @@ func BenchmarkBurst10k(b *testing.B) {
 	b.ReportMetric(startup.Seconds(), "s-startup-10k")
 	b.ReportMetric(float64(n), "PCRs")
 	b.ReportMetric(rate, "PCR/s")
-	b.ReportMetric(fullRSS, "MiB-rss-10k")
+	b.ReportMetric(fullRSS.total, "MiB-rss-10k")
+	b.ReportMetric(fullRSS.anon, "MiB-rss-anon-10k")
+	b.ReportMetric(fullRSS.file, "MiB-rss-file-10k")
 	b.ReportMetric(fullMetrics.sum("process_resident_memory_bytes")/(1<<20), "MiB-rss-10k-metric")
-	b.ReportMetric(emptyRSS, "MiB-rss-empty")
+	b.ReportMetric(emptyRSS.total, "MiB-rss-empty")
+	b.ReportMetric(emptyRSS.anon, "MiB-rss-anon-empty")
+	b.ReportMetric(emptyRSS.file, "MiB-rss-file-empty")
 	b.ReportMetric(emptyMetrics.sum("process_resident_memory_bytes")/(1<<20), "MiB-rss-empty-metric")
 	b.ReportMetric(cpuPerIssue*1e3, "ms-cpu/issue")
 	b.ReportMetric(cpuPerIssueMetric*1e3, "ms-cpu/issue-metric")
@@ -318,23 +335,57 @@ func (sp *burstSigner) logTail() string {
 	return strings.Join(lines[max(0, len(lines)-40):], "\n")
 }
 
-// rss is the signer's VmRSS in MiB.
-func (sp *burstSigner) rss(b *testing.B) float64 {
+// fetchProfile saves what url answers to path.
+func fetchProfile(b *testing.B, url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Errorf("fetching the signer's profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, data)
+	}
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		b.Errorf("saving the signer's profile: %v", err)
+	}
+}
+
+// rssMiB is a process's resident memory in MiB: all of it (VmRSS), its
+// own (RssAnon: heap, stacks, runtime) and mapped from files (RssFile:
+// mostly the binary's text and read-only data, shared and reclaimable,
+// and larger when the binary is still in the page cache from its build).
+type rssMiB struct{ total, anon, file float64 }
+
+// rss reads the signer's resident memory from /proc.
+func (sp *burstSigner) rss(b *testing.B) rssMiB {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", sp.cmd.Process.Pid))
 	if err != nil {
 		b.Fatalf("reading the signer's status: %v", err)
 	}
+	var r rssMiB
+	fields := map[string]*float64{"VmRSS:": &r.total, "RssAnon:": &r.anon, "RssFile:": &r.file}
+	found := 0
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err != nil {
-				b.Fatalf("VmRSS line %q: %v", line, err)
+		for prefix, v := range fields {
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+				if err != nil {
+					b.Fatalf("%s line %q: %v", prefix, line, err)
+				}
+				*v = kb / 1024
+				found++
 			}
-			return kb / 1024
 		}
 	}
-	b.Fatal("no VmRSS in the signer's /proc status")
-	return 0
+	if found != len(fields) {
+		b.Fatalf("the signer's /proc status lacks VmRSS, RssAnon or RssFile:\n%s", data)
+	}
+	return r
 }
 
 // cpuSeconds is the signer's user + system CPU time so far.
