@@ -55,7 +55,9 @@ const (
 // before the signer starts. CSR/s is N over the time from starting the
 // signer to the last certificate seen on a watch, so a signer's start-up
 // counts (first-cert-s shows how much); of-kcm is keyward's CSR/s over
-// kube-controller-manager's in the same run (kcm runs first for that).
+// kube-controller-manager's in the same run (kcm runs first for that; make
+// bench runs one -count 1 invocation per round, so that the three
+// alternate). Both signers run as processes of their own.
 // All are ECDSA P-256 CAs, 5 workers, client QPS 500 / burst 1000, protobuf.
 func BenchmarkCSRSigning(b *testing.B) {
 	n := peerSize(b)
@@ -74,7 +76,7 @@ func BenchmarkCSRSigning(b *testing.B) {
 			b.Fatal(err)
 		}
 		_, keyPath, caFile, root := peerFileCA(b)
-		kcmRate = peerRun(b, n, root, func() <-chan error {
+		kcmRate = peerRun(b, n, root, func() (<-chan error, int) {
 			m, err := cp.StartControllerManager(controlplane.ControllerManagerOptions{
 				Dir: b.TempDir(),
 				// csrsigning is its alias.
@@ -99,7 +101,7 @@ func BenchmarkCSRSigning(b *testing.B) {
 				<-m.Done()
 				exited <- m.Exited()
 			}()
-			return exited
+			return exited, m.PID()
 		})
 	})
 
@@ -138,28 +140,34 @@ func peerFileCA(b *testing.B) (string, string, string, *x509.Certificate) {
 	return keyURI, strings.TrimPrefix(createURI, "file:"), caFile, root
 }
 
-// keywardPeer returns what starts keyward, in this process, as the signer of
+// keywardPeer returns what starts keyward, in a child process, as the signer of
 // signerName with the CA key at keyURI: sign granted to its service
 // account, the CA's Authority Active, 5 workers.
-func keywardPeer(b *testing.B, signerName, keyURI, caFile string) func() <-chan error {
+func keywardPeer(b *testing.B, signerName, keyURI, caFile string) func() (<-chan error, int) {
 	grantSigner(b, testContext(b), signerName, "sign")
 	a := activeAuthority(b, signerName, keyURI, caFile)
 	b.Cleanup(func() { _ = authorities(b).Delete(context.Background(), a.Name, metav1.DeleteOptions{}) })
 	cfg := kubeletSignerConfig(b, config.ProfileKubeAPIServerClient)
 	cfg.Workers = peerWorkers
 	cfg.KubeClient.QPS, cfg.KubeClient.Burst = peerQPS, peerBurst
-	return func() <-chan error {
-		runSigner(b, cfg, "peer-keyward")
-		return nil // in this process: runSigner fails b if it cannot start
+	return func() (<-chan error, int) {
+		// A process of its own, as kube-controller-manager is: neither
+		// shares a Go runtime with the benchmark's watch. An early exit
+		// shows as the run's timeout, with the replica's output.
+		p := startSignerProcess(b, cfg, "peer-keyward")
+		return nil, p.cmd.Process.Pid
 	}
 }
 
 // peerRun creates and approves n CSRs, runs start (which starts a signer
 // that stops when b ends, and returns a channel that says when the signer
-// ended early, or nil), and waits until every CSR has a certificate.
-// It reports CSR/s and first-cert-s, checks a sample of the certificates
-// against root, and returns CSR/s.
-func peerRun(b *testing.B, n int, root *x509.Certificate, start func() <-chan error) float64 {
+// ended early, or nil, and the signer's process ID if it is not this
+// process, or 0), and waits until every CSR has a certificate. It reports
+// CSR/s, first-cert-s and the CPU per CSR from start to the last
+// certificate (of this process: the benchmark's watch; of the signer's
+// process; of kube-apiserver and etcd), checks a sample of the certificates against root, and returns
+// CSR/s.
+func peerRun(b *testing.B, n int, root *x509.Certificate, start func() (<-chan error, int)) float64 {
 	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
 	defer cancel()
 	admin := cp.AdminClient()
@@ -197,8 +205,9 @@ func peerRun(b *testing.B, n int, root *x509.Certificate, start func() <-chan er
 		b.Fatalf("before the signer starts: %v", err)
 	}
 
+	cpu := readCPU(b)
 	began := time.Now()
-	exited := start()
+	exited, pid := start()
 	select {
 	case <-iw.done:
 	case err := <-exited:
@@ -206,6 +215,11 @@ func peerRun(b *testing.B, n int, root *x509.Certificate, start func() <-chan er
 	case <-time.After(peerTimeout):
 	}
 	iw.wait(b, time.Second) // fails b on the timeout and on Failed CSRs
+	use := readCPU(b).since(cpu, n)
+	signerCPU := 0.0
+	if pid != 0 {
+		signerCPU = float64(procCPU(b, pid).Microseconds()) / 1000 / float64(n)
+	}
 
 	var first, last time.Time
 	for _, at := range iw.snapshot() {
@@ -227,6 +241,11 @@ func peerRun(b *testing.B, n int, root *x509.Certificate, start func() <-chan er
 	b.ReportMetric(rate, "CSR/s")
 	b.ReportMetric(float64(n)/last.Sub(began).Seconds(), "CSR/s-from-start")
 	b.ReportMetric(first.Sub(began).Seconds(), "first-cert-s")
+	b.ReportMetric(use.selfMS, "test-cpu-ms/CSR")
+	b.ReportMetric(signerCPU, "process-cpu-ms/CSR")
+	b.ReportMetric(use.apiserverMS, "apiserver-cpu-ms/CSR")
+	b.ReportMetric(use.etcdMS, "etcd-cpu-ms/CSR")
+	b.ReportMetric(100*use.busy, "busy-%")
 
 	peerCheckSample(b, inf, root)
 	return rate

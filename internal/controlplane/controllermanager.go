@@ -34,6 +34,9 @@ type ControllerManager struct {
 	LogPath string
 }
 
+// PID is the process ID of kube-controller-manager.
+func (m *ControllerManager) PID() int { return m.p.cmd.Process.Pid }
+
 // StartControllerManager runs kube-controller-manager against the control
 // plane as the admin user (system:masters: a benchmark peer, not a model of
 // its RBAC), without leader election and without its serving port. It does

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/keyward/keyward/internal/uripattern"
 	"github.com/keyward/keyward/signer/config"
 	csrsigner "github.com/keyward/keyward/signer/csr"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -276,27 +277,14 @@ func asciiEqualFold(a, b string) bool {
 }
 
 // boundURI reports whether u is <prefix>node or <prefix>node/<path> for one
-// of the patterns <prefix>*, in a plain form a relying party cannot read
-// otherwise (no userinfo, query, fragment, %-escape, empty or dot segment).
+// of the patterns <prefix>*, in the plain form of uripattern.Under.
 func boundURI(u *url.URL, node string, patterns []string) bool {
-	s := u.String()
-	if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(s, "%?#@") {
-		return false
-	}
 	for _, pat := range patterns {
 		prefix, ok := strings.CutSuffix(pat, "*")
 		if !ok || prefix == "" {
 			continue
 		}
-		rest, ok := strings.CutPrefix(s, prefix)
-		if !ok {
-			continue
-		}
-		head, path, more := strings.Cut(rest, "/")
-		if head != node {
-			continue
-		}
-		if !more || !slices.ContainsFunc(strings.Split(path, "/"), func(seg string) bool { return seg == "" || seg == "." || seg == ".." }) {
+		if segs, ok := uripattern.Under(u, prefix); ok && segs[0] == node {
 			return true
 		}
 	}

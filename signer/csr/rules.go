@@ -13,11 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/internal/uripattern"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
@@ -313,7 +313,7 @@ func (p *Policy) CheckCustom(req *x509.CertificateRequest, usages []certv1.KeyUs
 		}
 	}
 	for _, u := range req.URIs {
-		if !slices.ContainsFunc(c.URIs, func(pat string) bool { return matchURI(pat, u) }) {
+		if !slices.ContainsFunc(c.URIs, func(pat string) bool { return uripattern.Match(pat, u) }) {
 			return violation(ReasonSANNotPermitted, "URI %q matches none of signer %s's uris %q", u.String(), p.Name, c.URIs)
 		}
 	}
@@ -351,26 +351,6 @@ func matchAny(patterns []string, v string, fold bool) bool {
 		}
 	}
 	return false
-}
-
-// matchURI reports whether u is pat itself or, for a pattern ending in
-// "*", pat's prefix followed by a rest that every relying party reads the
-// same way: the URI has no userinfo, query, fragment or %-escape, and the
-// rest no empty, "." or ".." path segment (else "spiffe://td/ns/a/*" would
-// admit "spiffe://td/ns/a/../b", which a path-cleaning verifier reads as
-// ns/b).
-func matchURI(pat string, u *url.URL) bool {
-	v := u.String()
-	prefix, ok := strings.CutSuffix(pat, "*")
-	if !ok {
-		return pat == v
-	}
-	rest, ok := strings.CutPrefix(v, prefix)
-	if !ok || u.User != nil || u.ForceQuery || strings.ContainsAny(v, "%?#@") {
-		return false
-	}
-	return !slices.ContainsFunc(strings.Split(rest, "/")[1:], func(seg string) bool { return seg == "" || seg == "." || seg == ".." }) &&
-		!slices.Contains([]string{".", ".."}, strings.Split(rest, "/")[0])
 }
 
 // x509Usage maps a certificates.k8s.io usage to X.509 (as

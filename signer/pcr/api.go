@@ -83,6 +83,10 @@ type versionAPI interface {
 	newInformer(signerName string) cache.SharedIndexInformer
 	toRequest(obj any) (*request, error)
 	writeStatus(ctx context.Context, r *request, st status) error
+	// stored reads the request from kube-apiserver (not the cache, which
+	// keeps no certificate of a terminal request): its decoded form and
+	// status.certificateChain.
+	stored(ctx context.Context, namespace, name string) (*request, string, error)
 }
 
 func newVersionAPI(client kubernetes.Interface, version string) (versionAPI, error) {
@@ -271,6 +275,14 @@ func (a v1API) writeStatus(ctx context.Context, r *request, st status) error {
 	return err
 }
 
+func (a v1API) stored(ctx context.Context, namespace, name string) (*request, string, error) {
+	p, err := a.client.CertificatesV1().PodCertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	return decodeV1(p), p.Status.CertificateChain, nil
+}
+
 // v1beta1API reads requests through certificates.k8s.io/v1beta1, which shows
 // both key forms: stubPKCS10Request and the older pkixPublicKey +
 // proofOfPossession that kubelets before 1.37 create.
@@ -356,4 +368,12 @@ func (a v1beta1API) writeStatus(ctx context.Context, r *request, st status) erro
 	}
 	_, err := a.client.CertificatesV1beta1().PodCertificateRequests(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	return err
+}
+
+func (a v1beta1API) stored(ctx context.Context, namespace, name string) (*request, string, error) {
+	p, err := a.client.CertificatesV1beta1().PodCertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	return decodeV1beta1(p), p.Status.CertificateChain, nil
 }

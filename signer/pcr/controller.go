@@ -10,6 +10,7 @@
 package pcr
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -32,6 +33,7 @@ import (
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -334,6 +336,12 @@ func (c *Controller) enqueue(signer string, obj any) {
 		return
 	}
 	if r.terminal {
+		if rec, ok := c.records.lookup(r.uid); ok && rec.cert != nil && !rec.written {
+			// A certificate was signed for it and its write not seen to
+			// succeed: sync reads which certificate was stored.
+			c.queue.Add(queueKey{signer: signer, namespace: r.namespace, name: r.name})
+			return
+		}
 		c.records.drop(r.uid)
 		return
 	}
@@ -397,8 +405,11 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	if err != nil {
 		return 0, err
 	}
-	if r.terminal || r.signerName != s.Name {
+	if r.signerName != s.Name {
 		return 0, nil
+	}
+	if r.terminal {
+		return 0, c.settleUnconfirmed(ctx, s, r)
 	}
 	now := c.opts.Clock.Now()
 	// Records are made and dropped only by the informer's handlers: none
@@ -482,6 +493,50 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	return c.afterIssuedWrite(ctx, s, r, cert, err)
 }
 
+// logIssued writes the audit line of an issuance: the uid ties the serial
+// to this request, not to a later one of the same name (the fault tests
+// reconcile it). extra is appended to its key/value pairs.
+func logIssued(logger klog.Logger, r *request, cert *issuedCert, extra ...any) {
+	logger.Info("Issued", append([]any{
+		"serial", cert.leaf.SerialNumber.Text(16), "uid", string(r.uid), "namespace", r.namespace, "pod", r.podName,
+		"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", KeyType(cert.leaf.PublicKey),
+		"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", cert.key}, extra...)...)
+}
+
+// settleUnconfirmed handles a request the informer shows terminal while
+// keyward holds a certificate it signed for it and never saw stored: a
+// status write whose answer was lost (a kube-apiserver or etcd restart cut
+// it off) and a retry refused as a conflict. One GET says whose status
+// is stored: if it is this certificate, its Issued line is written now;
+// if not (another replica's, or a denial), the line says this serial was
+// never stored. Either way nothing more is done for the request.
+func (c *Controller) settleUnconfirmed(ctx context.Context, s *signerState, r *request) error {
+	rec, ok := c.records.lookup(r.uid)
+	if !ok || rec.cert == nil || rec.written {
+		c.records.drop(r.uid)
+		return nil
+	}
+	stored, chain, err := c.api.stored(ctx, r.namespace, r.name)
+	if apierrors.IsNotFound(err) || (err == nil && stored.uid != r.uid) {
+		c.records.drop(r.uid)
+		return nil
+	}
+	if err != nil {
+		return err // retried with backoff
+	}
+	c.records.drop(r.uid)
+	logger := klog.FromContext(ctx).WithValues("pcr", klog.KRef(r.namespace, r.name), "signer", s.Name)
+	if leaf, _ := pem.Decode([]byte(chain)); leaf != nil && bytes.Equal(leaf.Bytes, rec.cert.leaf.Raw) {
+		stored.seen = rec.firstSeen
+		c.observe(s, stored, "Issued", ReasonIssued)
+		logIssued(logger, stored, rec.cert, "answerLost", true)
+		return nil
+	}
+	logger.Info("Signed certificate was not stored: the request's status was written by another writer",
+		"serial", rec.cert.leaf.SerialNumber.Text(16), "uid", string(r.uid), "caKeyID", rec.cert.key)
+	return nil
+}
+
 // issueFailed handles an error from building or signing the certificate.
 func (c *Controller) issueFailed(ctx context.Context, s *signerState, r *request, auth *authority.Authority, err error) (time.Duration, error) {
 	switch Classify(err) {
@@ -538,12 +593,7 @@ func (c *Controller) afterIssuedWrite(ctx context.Context, s *signerState, r *re
 			c.opts.Metrics.ClockSkew.WithLabelValues(s.Name).Set(0)
 		}
 		c.observe(s, r, "Issued", ReasonIssued)
-		// The audit line: the uid ties the serial to this request, not
-		// to a later one of the same name (the fault tests reconcile it).
-		logger.Info("Issued",
-			"serial", cert.leaf.SerialNumber.Text(16), "uid", string(r.uid), "namespace", r.namespace, "pod", r.podName,
-			"serviceAccount", r.serviceAccountName, "node", r.nodeName, "keyType", KeyType(r.publicKey),
-			"notAfter", cert.leaf.NotAfter.UTC().Format(time.RFC3339), "caKeyID", cert.key)
+		logIssued(logger, r, cert)
 		c.events.issued(r.obj, "issued certificate serial %s by %s, valid until %s",
 			cert.leaf.SerialNumber.Text(16), s.Name, cert.leaf.NotAfter.UTC().Format(time.RFC3339))
 		return 0, nil
