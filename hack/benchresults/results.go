@@ -31,9 +31,11 @@ type Target struct {
 	Claim string `json:"claim"`
 }
 
-// Series is every round of one benchmark's unit.
+// Series is every round of one benchmark's unit, in one package (the file
+// and pkcs11 backends both have a BenchmarkSign).
 type Series struct {
 	Benchmark string    `json:"benchmark"`
+	Package   string    `json:"package,omitempty"`
 	Unit      string    `json:"unit"`
 	File      string    `json:"file"`
 	Values    []float64 `json:"values"`
@@ -79,7 +81,7 @@ func readSeries(dir string) ([]Series, map[string]string, error) {
 		return nil, nil, fmt.Errorf("reading benchmark output: no *.txt in %s (run make bench first)", dir)
 	}
 	sort.Strings(files)
-	type key struct{ bench, unit string }
+	type key struct{ pkg, bench, unit string }
 	byKey := map[key]*Series{}
 	var order []key
 	config := map[string]string{}
@@ -105,10 +107,11 @@ func readSeries(dir string) ([]Series, map[string]string, error) {
 				if goUnit(v.Unit) {
 					continue
 				}
-				k := key{name, v.Unit}
+				pkg := res.GetConfig("pkg")
+				k := key{pkg, name, v.Unit}
 				s := byKey[k]
 				if s == nil {
-					s = &Series{Benchmark: name, Unit: v.Unit, File: filepath.Base(f)}
+					s = &Series{Benchmark: name, Package: pkg, Unit: v.Unit, File: filepath.Base(f)}
 					byKey[k] = s
 					order = append(order, k)
 				}
