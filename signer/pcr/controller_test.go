@@ -69,20 +69,7 @@ func TestConflictRetryReusesTheSignedCertificate(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	metrics, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(Options{Client: client, Signers: []*Signer{s}, Metrics: metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := c.signers[s.Name]
-	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
-	if err := st.informer.GetIndexer().Add(p); err != nil {
-		t.Fatal(err)
-	}
-	c.enqueue(s.Name, p)
+	c := unitController(t, client, s, p)
 	key := queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name}
 
 	if _, err := c.sync(context.Background(), key); !apierrors.IsConflict(err) {
@@ -103,6 +90,27 @@ func TestConflictRetryReusesTheSignedCertificate(t *testing.T) {
 	if rec := c.records.get(p.UID, time.Now()); rec.cert != nil || !rec.written {
 		t.Errorf("record after the write succeeded: cert kept %v, written %v; want no cert, written", rec.cert != nil, rec.written)
 	}
+}
+
+// unitController is a controller of signer s on client whose informer
+// (never started) holds p, and p queued as the informer's handler would.
+func unitController(t *testing.T, client *fake.Clientset, s *Signer, p *certv1.PodCertificateRequest) *Controller {
+	t.Helper()
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Options{Client: client, Signers: []*Signer{s}, Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.signers[s.Name]
+	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
+	if err := st.informer.GetIndexer().Add(p); err != nil {
+		t.Fatal(err)
+	}
+	c.enqueue(s.Name, p)
+	return c
 }
 
 // beginRefreshAt is kept 10 minutes inside both ends of the validity.

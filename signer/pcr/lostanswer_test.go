@@ -7,13 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
@@ -53,22 +51,10 @@ func TestLostWriteAnswerIsLoggedOnceWhenFoundStored(t *testing.T) {
 				}
 				return true, nil, errors.New("http2: client connection lost")
 			})
-			metrics, err := NewMetrics(prometheus.NewRegistry())
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := New(Options{Client: client, Signers: []*Signer{s}, Metrics: metrics})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := unitController(t, client, s, p)
 			var logged bytes.Buffer
 			ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logged))))
 			st := c.signers[s.Name]
-			st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
-			if err := st.informer.GetIndexer().Add(p); err != nil {
-				t.Fatal(err)
-			}
-			c.enqueue(s.Name, p)
 			key, _ := c.queue.Get()
 			c.queue.Done(key)
 
