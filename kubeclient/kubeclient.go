@@ -96,23 +96,34 @@ var ErrNoPodCertificates = errors.New("cluster serves no PodCertificateRequest A
 // requests.
 func PodCertificateVersion(d discovery.DiscoveryInterface) (string, error) {
 	for _, v := range []string{"v1beta1", "v1"} {
-		gv := "certificates.k8s.io/" + v
-		list, err := d.ServerResourcesForGroupVersion(gv)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
+		served, err := ServesPodCertificates(d, v)
 		if err != nil {
-			return "", fmt.Errorf("discovering %s: %w", gv, err)
+			return "", err
 		}
-		names := sets.New[string]()
-		for _, r := range list.APIResources {
-			names.Insert(r.Name)
-		}
-		if names.Has("podcertificaterequests") && names.Has("podcertificaterequests/status") {
+		if served {
 			return v, nil
 		}
 	}
 	return "", ErrNoPodCertificates
+}
+
+// ServesPodCertificates reports whether the cluster serves
+// podcertificaterequests and their status in certificates.k8s.io/version.
+// A group version the server does not serve (404) is false, not an error.
+func ServesPodCertificates(d discovery.DiscoveryInterface, version string) (bool, error) {
+	gv := "certificates.k8s.io/" + version
+	list, err := d.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", gv, err)
+	}
+	names := sets.New[string]()
+	for _, r := range list.APIResources {
+		names.Insert(r.Name)
+	}
+	return names.Has("podcertificaterequests") && names.Has("podcertificaterequests/status"), nil
 }
 
 // LeaderElection configures RunOrDie's Lease.

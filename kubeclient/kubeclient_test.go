@@ -83,6 +83,21 @@ func TestPodCertificateVersion(t *testing.T) {
 	}
 }
 
+// A configured version is checked alone: served, not served (404, not an
+// error), or discovery failing (an error).
+func TestServesPodCertificates(t *testing.T) {
+	d := discoveryServer(t, map[string]int{"v1": 200, "v1beta1": 404, "v1alpha9": 503})
+	for _, tc := range []struct {
+		version     string
+		want, isErr bool
+	}{{"v1", true, false}, {"v1beta1", false, false}, {"v1alpha9", false, true}} {
+		got, err := ServesPodCertificates(d, tc.version)
+		if got != tc.want || (err != nil) != tc.isErr {
+			t.Errorf("ServesPodCertificates(%s) = %v, %v; want %v, error %v", tc.version, got, err, tc.want, tc.isErr)
+		}
+	}
+}
+
 var errAny = errors.New("any error")
 
 // kubeconfigFor writes a kubeconfig that points at url.

@@ -217,6 +217,16 @@ func Run(ctx context.Context, o Options) error {
 	var version string
 	if len(signers) > 0 {
 		version = o.PodCertificateVersion
+		if version == "" && cfg.PodCertificateRequestVersion != "" {
+			version = cfg.PodCertificateRequestVersion
+			served, err := kubeclient.ServesPodCertificates(client.Discovery(), version)
+			if err != nil {
+				return err
+			}
+			if !served {
+				return fmt.Errorf("podCertificateRequestVersion is %s, but the cluster does not serve PodCertificateRequests in certificates.k8s.io/%s", version, version)
+			}
+		}
 		if version == "" {
 			if version, err = kubeclient.PodCertificateVersion(client.Discovery()); err != nil {
 				return err

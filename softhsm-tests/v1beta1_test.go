@@ -12,6 +12,7 @@ import (
 	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/config"
+	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -122,5 +123,35 @@ func TestV1beta1DiscoveryPicksV1beta1WhenServed(t *testing.T) {
 	}
 	if v != "v1beta1" {
 		t.Fatalf("discovery picked %s, want v1beta1 (it alone shows pkixPublicKey requests)", v)
+	}
+}
+
+// podCertificateRequestVersion: v1 makes the signer read through v1 on a
+// cluster that also serves v1beta1 (no conversion by kube-apiserver), and
+// it issues as before.
+func TestConfiguredVersionOverridesDiscovery(t *testing.T) {
+	ctx := testContext(t)
+	suffix := uniqueName(t, "v")
+	name := "keyward.dev/v1-" + suffix
+	keyURI, caFile, _ := caInToken(t, "ca-"+suffix)
+	cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
+	cfg.PodCertificateRequestVersion = "v1"
+	s := runSignerVersion(t, cfg, "replica-0", "") // no version forced by the test: the configuration's
+	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	p, _ := newPCR(t, w, name)
+	created, err := nodeClient(t, w.Node.Name).CertificatesV1().PodCertificateRequests(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitTerminal(t, ctx, created, time.Minute); condition(got).Type != certv1.PodCertificateRequestConditionTypeIssued {
+		t.Fatalf("status %+v, want Issued", got.Status.Conditions)
+	}
+	s.Stop()
+	log, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `version="certificates.k8s.io/v1"`) {
+		t.Errorf("the signer did not say it reads through v1:\n%s", log)
 	}
 }

@@ -98,6 +98,16 @@ type SignerConfiguration struct {
 	// Profiling serves Go's pprof handlers under /debug/pprof/ on the
 	// metrics address (default false), like Kubernetes' --profiling.
 	Profiling bool `json:"profiling,omitempty"`
+	// PodCertificateRequestVersion is the certificates.k8s.io version
+	// PodCertificateRequests are read through: "v1" or "v1beta1". Empty
+	// (the default) reads v1beta1 while the cluster serves it, since only
+	// v1beta1 shows the pkixPublicKey requests of kubelets older than 1.37,
+	// and v1 otherwise. Set "v1" once every kubelet is 1.37 or newer:
+	// through v1beta1, kube-apiserver converts every watch event and
+	// status write (about 20 % of the issuance rate on a small control
+	// plane; docs/benchmarks.md). A version the cluster does not serve
+	// stops the start with an error.
+	PodCertificateRequestVersion string `json:"podCertificateRequestVersion,omitempty"`
 	// TrustPublisher runs the rotation controller and ClusterTrustBundle
 	// publisher (trustpublisher/) for the configured signer names in this
 	// process, under the same Lease (default enabled). Disable it only when
@@ -439,6 +449,9 @@ func (c *SignerConfiguration) Validate() field.ErrorList {
 	}
 	if c.KubeClient.QPS < 0 || c.KubeClient.Burst < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("kubeClient"), c.KubeClient, "qps and burst must not be negative"))
+	}
+	if v := c.PodCertificateRequestVersion; v != "" && v != "v1" && v != "v1beta1" {
+		errs = append(errs, field.NotSupported(field.NewPath("podCertificateRequestVersion"), v, []string{"v1", "v1beta1"}))
 	}
 	if c.Events.PerSecond < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("events", "perSecond"), c.Events.PerSecond, "must not be negative"))

@@ -70,6 +70,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a rate limit without qps", "perNode: {qps: 10, burst: 20}", "perNode: {qps: 0, burst: 20}", "signers[2].rateLimits.perNode"},
 		{"an unknown limit action", "onLimit: deny", "onLimit: drop", "signers[2].rateLimits.onLimit"},
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
+		{"an unknown PodCertificateRequest version", "workers: 8", "workers: 8\npodCertificateRequestVersion: v2", "podCertificateRequestVersion"},
 		{"a field given twice", "workers: 8", "workers: 8\nworkers: 3", `"workers" already set`},
 		{"a signer field given twice", "maxLifetime: 24h", "maxLifetime: 24h\n  maxLifetime: 2h", `"maxLifetime" already set`},
 	}
