@@ -71,7 +71,8 @@ func parseLocation(op, raw string, allowed []string) (location, error) {
 			"slot numbers change between reboots: select the token by token= (label) or serial=")
 	}
 	if unknown := u.Unknown(knownAttrs...); len(unknown) > 0 {
-		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, unknown[0], "unknown attribute (known: %s)", strings.Join(knownAttrs, ", "))
+		// An unknown name may be a PIN's, misspelled: its value is hidden.
+		return location{}, backends.Errorf(backends.ErrInvalidURI, op, uri.RedactURIWith(raw, unknown...), unknown[0], "unknown attribute (known: %s)", strings.Join(knownAttrs, ", "))
 	}
 	if t := u.Attr("type"); t != "" && t != "private" {
 		return location{}, backends.Errorf(backends.ErrInvalidURI, op, red, "type", "type=%s: keyward signs with private keys (type=private or no type)", t)

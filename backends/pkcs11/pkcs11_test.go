@@ -293,6 +293,7 @@ func TestURIErrorsNameThePart(t *testing.T) {
 		{"no token", "pkcs11:object=x?module-path=" + mod + pin, backends.ErrInvalidURI, "token"},
 		{"no key label or id", "pkcs11:token=conformance?module-path=" + mod + pin, backends.ErrInvalidURI, "object"},
 		{"unknown attribute", "pkcs11:token=conformance;object=x;colour=red?module-path=" + mod + pin, backends.ErrInvalidURI, "colour"},
+		{"misspelled PIN attribute", "pkcs11:token=conformance;object=x;pin-valeu=1234?module-path=" + mod + pin, backends.ErrInvalidURI, "pin-valeu"},
 		{"no PIN source", "pkcs11:token=conformance;object=x?module-path=" + mod, backends.ErrInvalidURI, "pin-source"},
 		{"token that does not exist", "pkcs11:token=nope;object=x?module-path=" + mod + pin, backends.ErrNotFound, "token"},
 		{"wrong PIN", "pkcs11:token=conformance;object=x?module-path=" + mod + "&pin-source=file:" + wrongPIN, backends.ErrPermanent, "pin-source"},

@@ -263,6 +263,25 @@ func normalize(name string) string {
 // other part's separator is hidden whole. A secret value runs on over
 // following segments that are not name=value, as in Redact.
 func RedactURI(s string) string {
+	return RedactURIWith(s)
+}
+
+// RedactURIWith is RedactURI hiding also the values of the attributes named
+// also (compared as IsSecret compares names): for a URI that names an
+// attribute keyward does not know, whose value may be a secret under a
+// misspelled name ("pin-valeu=1234").
+func RedactURIWith(s string, also ...string) string {
+	hide := secret
+	if len(also) > 0 {
+		extra := map[string]bool{}
+		for _, n := range also {
+			extra[normalize(segmentName(n))] = true
+		}
+		hide = func(name, value string) bool {
+			// secret("pin", value): any value but an empty or redacted one.
+			return secret(name, value) || extra[normalize(name)] && secret("pin", value)
+		}
+	}
 	var b strings.Builder
 	// shown: whether Redacted stands for the secret being read; not yet
 	// when its value looked empty ("pin=&1234": the PIN begins with the
@@ -277,10 +296,10 @@ func RedactURI(s string) string {
 				b.WriteString(Redacted)
 				shown = true
 			}
-		case eq >= 0 && secret(segmentName(seg[:eq]), seg[eq+1:]):
+		case eq >= 0 && hide(segmentName(seg[:eq]), seg[eq+1:]):
 			b.WriteString(seg[:eq+1] + Redacted)
 			inSecret, shown = true, true
-		case eq >= 0 && eq == len(seg)-1 && secret(segmentName(seg[:eq]), "x"):
+		case eq >= 0 && eq == len(seg)-1 && hide(segmentName(seg[:eq]), "x"):
 			// A secret's name with nothing after '=' yet: what follows
 			// up to the next name=value is its value.
 			b.WriteString(seg)
@@ -290,15 +309,14 @@ func RedactURI(s string) string {
 			inSecret = false
 		}
 	}
-	// The scheme, as Parse cuts it, is no part of the first attribute's
-	// name ("=:pin=1234" holds pin).
-	if i := strings.IndexByte(s, ':'); i > 0 {
-		b.WriteString(s[:i+1])
-		start = i + 1
-	}
+	// The first ':' ends the scheme, as Parse cuts it: no part of the
+	// first attribute's name ("=:pin=1234" holds pin). It is a separator
+	// like the others, so that what comes before it is judged too (a URI
+	// missing "pkcs11:" whose PIN holds a ':').
+	scheme := strings.IndexByte(s, ':')
 	for i := start; i < len(s); i++ {
 		c := s[i]
-		if separates(c, inQuery) {
+		if separates(c, inQuery) || i == scheme {
 			segment(s[start:i])
 			next := i + 1
 			// Keep the separator unless it only continues a secret.

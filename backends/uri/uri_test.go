@@ -95,7 +95,8 @@ func TestRedactURIHidesWholeValues(t *testing.T) {
 		{"pkcs11:token=a;pin-value=ab&c=d;object=b", "c=d"},
 		{"pkcs11:token=a?pin-value=ab;c=d&module-path=/m.so", "c=d"},
 		{"pkcs11:token=a;pin-value=ab#c=d", "c=d"},
-		{"=:pin= 7890", "7890"}, // found by FuzzParseLocation: the scheme is not part of a name
+		{"=:pin= 7890", "7890"},                                      // found by FuzzParseLocation: the scheme is not part of a name
+		{"token=a;pin-value=my pass:word?module-path=/m.so", "pass"}, // "pkcs11:" forgotten, a ':' in the PIN
 	} {
 		got := RedactURI(tc.in)
 		if strings.Contains(got, tc.secret) {
