@@ -104,9 +104,8 @@ type SignerConfiguration struct {
 	// v1beta1 shows the pkixPublicKey requests of kubelets older than 1.37,
 	// and v1 otherwise. Set "v1" once every kubelet is 1.37 or newer:
 	// through v1beta1, kube-apiserver converts every watch event and
-	// status write (about 20 % of the issuance rate on a small control
-	// plane; docs/benchmarks.md). A version the cluster does not serve
-	// stops the start with an error.
+	// status write (docs/benchmarks.md says what that was seen to cost).
+	// A version the cluster does not serve stops the start with an error.
 	PodCertificateRequestVersion string `json:"podCertificateRequestVersion,omitempty"`
 	// TrustPublisher runs the rotation controller and ClusterTrustBundle
 	// publisher (trustpublisher/) for the configured signer names in this
@@ -236,7 +235,9 @@ type CSRPolicy struct {
 	DNSNames []string `json:"dnsNames,omitempty"`
 	// IPRanges are CIDRs each IP SAN must lie in.
 	IPRanges []string `json:"ipRanges,omitempty"`
-	// URIs are patterns each URI SAN must match ("*" suffix: any rest).
+	// URIs are patterns each URI SAN must match: exact, or ending in "/*"
+	// for one or more plain path segments (no empty, "." or ".." segment,
+	// no query, fragment, userinfo or %-escape).
 	URIs []string `json:"uris,omitempty"`
 	// KeyUsages are the certificates.k8s.io usages a request may ask for
 	// (property 4), e.g. ["digital signature", "client auth"]; a request

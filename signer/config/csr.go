@@ -53,8 +53,9 @@ func (c *CSRPolicy) validate(p *field.Path) field.ErrorList {
 		}
 	}
 	for j, pat := range c.URIs {
-		if pat == "" || strings.Contains(strings.TrimSuffix(pat, "*"), "*") {
-			errs = append(errs, field.Invalid(p.Child("uris").Index(j), pat, `must be a URI, optionally ending in "*" (any rest)`))
+		prefix, star := strings.CutSuffix(pat, "*")
+		if pat == "" || strings.Contains(prefix, "*") || star && !strings.HasSuffix(prefix, "/") {
+			errs = append(errs, field.Invalid(p.Child("uris").Index(j), pat, `must be a URI, optionally ending in "/*" (one or more path segments)`))
 		}
 	}
 	if len(c.KeyUsages) == 0 {

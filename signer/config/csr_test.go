@@ -48,6 +48,7 @@ func TestBadCSRPoliciesNameTheField(t *testing.T) {
 		{"a DNS pattern of any name", `dnsNames: ["*.nodes.example.com"]`, `dnsNames: ["*"]`, "signers[1].csr.dnsNames[0]"},
 		{"an IP range that is no CIDR", "ipRanges: [10.0.0.0/8]", "ipRanges: [10.0.0.0]", "signers[1].csr.ipRanges[0]"},
 		{"a URI pattern with a wildcard inside", `uris: ["spiffe://example.com/*"]`, `uris: ["spiffe://*/x"]`, "signers[1].csr.uris[0]"},
+		{"a URI pattern whose star does not follow a slash", `uris: ["spiffe://example.com/*"]`, `uris: ["spiffe://example.com*"]`, "signers[1].csr.uris[0]"},
 		{"an unknown usage", "keyUsages: [digital signature, client auth]", "keyUsages: [digital signature, clientauth]", "signers[1].csr.keyUsages[1]"},
 		{"a CA usage", "keyUsages: [digital signature, client auth]", "keyUsages: [cert sign, client auth]", "signers[1].csr.keyUsages[0]"},
 		{"no usages", "keyUsages: [digital signature, client auth]", "keyUsages: []", "signers[1].csr.keyUsages"},
