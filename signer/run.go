@@ -221,7 +221,7 @@ func Run(ctx context.Context, o Options) error {
 			version = cfg.PodCertificateRequestVersion
 			served, err := kubeclient.ServesPodCertificates(client.Discovery(), version)
 			if err != nil {
-				return err
+				return fmt.Errorf("checking podCertificateRequestVersion %s: %w", version, err)
 			}
 			if !served {
 				return fmt.Errorf("podCertificateRequestVersion is %s, but the cluster does not serve PodCertificateRequests in certificates.k8s.io/%s", version, version)

@@ -521,11 +521,19 @@ func (c *Controller) settleUnconfirmed(ctx context.Context, s *signerState, r *r
 		c.records.drop(r.uid)
 		return nil
 	}
+	logger := klog.FromContext(ctx).WithValues("pcr", klog.KRef(r.namespace, r.name), "signer", s.Name)
+	if apierrors.IsForbidden(err) {
+		// RBAC without get on podcertificaterequests: retrying cannot
+		// help. The Signed line stays the only record of this serial.
+		c.records.drop(r.uid)
+		logger.Error(err, "Cannot read the stored status to confirm a certificate whose write answer was lost; grant get on podcertificaterequests",
+			"serial", rec.cert.leaf.SerialNumber.Text(16), "uid", string(r.uid))
+		return nil
+	}
 	if err != nil {
 		return err // retried with backoff
 	}
 	c.records.drop(r.uid)
-	logger := klog.FromContext(ctx).WithValues("pcr", klog.KRef(r.namespace, r.name), "signer", s.Name)
 	if leaf, _ := pem.Decode([]byte(chain)); leaf != nil && bytes.Equal(leaf.Bytes, rec.cert.leaf.Raw) {
 		stored.seen = rec.firstSeen
 		c.observe(s, stored, "Issued", ReasonIssued)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -27,10 +28,13 @@ func TestLostWriteAnswerIsLoggedOnceWhenFoundStored(t *testing.T) {
 		// other replaces what the lost write stored with another
 		// writer's status.
 		other bool
-		want  string
+		// forbidden: RBAC grants no get on podcertificaterequests.
+		forbidden bool
+		want      string
 	}{
-		{"our certificate was stored", false, `"Issued"`},
-		{"another writer's status was stored", true, `"Signed certificate was not stored`},
+		{"our certificate was stored", false, false, `"Issued"`},
+		{"another writer's status was stored", true, false, `"Signed certificate was not stored`},
+		{"the stored status may not be read", false, true, `"Cannot read the stored status`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, counting := testSigner(t)
@@ -38,6 +42,11 @@ func TestLostWriteAnswerIsLoggedOnceWhenFoundStored(t *testing.T) {
 			client := fake.NewClientset(p)
 			gvr := certv1.SchemeGroupVersion.WithResource("podcertificaterequests")
 			var stored *certv1.PodCertificateRequest
+			if tc.forbidden {
+				client.PrependReactor("get", "podcertificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(gvr.GroupResource(), p.Name, errors.New("RBAC: get not granted"))
+				})
+			}
 			client.PrependReactor("update", "podcertificaterequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				if a.GetSubresource() != "status" || stored != nil {
 					return false, nil, nil
@@ -83,10 +92,10 @@ func TestLostWriteAnswerIsLoggedOnceWhenFoundStored(t *testing.T) {
 			if n := strings.Count(out, tc.want); n != 1 {
 				t.Errorf("%s logged %d times, want once:\n%s", tc.want, n, out)
 			}
-			if !tc.other && !strings.Contains(out, "answerLost=true") {
+			if !tc.other && !tc.forbidden && !strings.Contains(out, "answerLost=true") {
 				t.Errorf("the Issued line does not say its answer was lost:\n%s", out)
 			}
-			if tc.other && strings.Contains(out, `"Issued"`) {
+			if (tc.other || tc.forbidden) && strings.Contains(out, `"Issued"`) {
 				t.Errorf("Issued logged for a status another writer stored:\n%s", out)
 			}
 			if _, ok := c.records.lookup(p.UID); ok {
