@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/testkeys"
 	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
@@ -138,11 +141,7 @@ func TestConfiguredVersionOverridesDiscovery(t *testing.T) {
 	cfg.PodCertificateRequestVersion = "v1"
 	s := runSignerVersion(t, cfg, "replica-0", "") // no version forced by the test: the configuration's
 	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
-	p, _ := newPCR(t, w, name)
-	created, err := nodeClient(t, w.Node.Name).CertificatesV1().PodCertificateRequests(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	created, _ := createPCR(t, ctx, w, name, pcrOptions{})
 	if got := waitTerminal(t, ctx, created, time.Minute); condition(got).Type != certv1.PodCertificateRequestConditionTypeIssued {
 		t.Fatalf("status %+v, want Issued", got.Status.Conditions)
 	}
@@ -153,5 +152,28 @@ func TestConfiguredVersionOverridesDiscovery(t *testing.T) {
 	}
 	if !strings.Contains(string(log), `version="certificates.k8s.io/v1"`) {
 		t.Errorf("the signer did not say it reads through v1:\n%s", log)
+	}
+}
+
+// A configured version the cluster does not serve stops the start with one
+// error that names the field, before anything is signed.
+func TestConfiguredVersionNotServedStopsTheStart(t *testing.T) {
+	ownControlPlaneWith(t, controlplane.Options{ExtraAPIServerFlags: []string{"--runtime-config=certificates.k8s.io/v1beta1=false"}})
+	suffix := uniqueName(t, "n")
+	name := "keyward.dev/unserved-" + suffix
+	keyURI, caFile, _ := caInToken(t, "ca-"+suffix)
+	cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
+	cfg.PodCertificateRequestVersion = "v1beta1"
+	reg, err := all.NewRegistry(all.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithTimeout(testContext(t), time.Minute)
+	defer cancel()
+	err = signer.Run(ctx, signer.Options{Config: cfg, Backends: reg, Identity: "replica-0"})
+	want := "podCertificateRequestVersion is v1beta1, but the cluster does not serve PodCertificateRequests in certificates.k8s.io/v1beta1"
+	if err == nil || err.Error() != want {
+		t.Fatalf("signer.Run: %v; want %q", err, want)
 	}
 }

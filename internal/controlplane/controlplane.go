@@ -230,13 +230,17 @@ func (cp *ControlPlane) RestartEtcd(ctx context.Context) (time.Duration, error) 
 // restart restarts *p and waits until ready answers.
 func (cp *ControlPlane) restart(ctx context.Context, p **process, ready func(context.Context) error) (time.Duration, error) {
 	cp.restartMu.Lock()
-	defer cp.restartMu.Unlock()
 	began := time.Now()
 	next, err := (*p).restart(10 * time.Second)
+	if err == nil {
+		*p = next
+	}
+	// Not held while waiting: a Stop (from a signal handler) meanwhile
+	// ends the new process, and the wait returns on its exit.
+	cp.restartMu.Unlock()
 	if err != nil {
 		return 0, err
 	}
-	*p = next
 	ctx, cancel := context.WithTimeout(ctx, cp.opts.StartTimeout)
 	defer cancel()
 	if err := ready(ctx); err != nil {
