@@ -163,7 +163,7 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	@# keyward against kube-controller-manager's csrsigning on the same CSRs; KEYWARD_PEER_N=100 for a quick try.
 	$(MAKE) controller-manager
 	@# One round per go test run: kcm, keyward-file, keyward-softhsm alternate, and each of-kcm is against the kcm round just before.
-	for i in $$(seq $(BENCH_COUNT)); do $(GO) test -run '^$$' -bench CSRSigning -benchtime 1x -count 1 ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/peer.txt
+	for i in $$(seq $(BENCH_COUNT)); do $(GO) test -run '^$$' -bench CSRSigning -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/peer.txt
 	$(MAKE) bench-tokens
 	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
 	$(GO) build -o bin/keyward ./cmd/keyward

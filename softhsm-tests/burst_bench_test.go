@@ -60,8 +60,6 @@ const (
 	// least every 2 minutes; the burst's own GCs and the scavenger do the
 	// rest sooner).
 	burstSettle = 15 * time.Second
-	// /proc/<pid>/stat counts CPU time in USER_HZ, 100 on Linux.
-	userHZ = 100
 )
 
 // BenchmarkBurst10k: the real keyward binary (bin/keyward signer --config),
@@ -230,17 +228,7 @@ func BenchmarkBurst10k(b *testing.B) {
 }
 
 // burstSize is KEYWARD_BURST_N, or 10 000.
-func burstSize(b *testing.B) int {
-	s := os.Getenv(envBurstN)
-	if s == "" {
-		return burstDefaultN
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < burstNodes {
-		b.Fatalf("%s=%q: want a whole number ≥ %d", envBurstN, s, burstNodes)
-	}
-	return n
-}
+func burstSize(b *testing.B) int { return envCount(b, envBurstN, burstDefaultN, burstNodes) }
 
 // share is node i's part of n PCRs.
 func share(n, i int) int {
@@ -390,22 +378,7 @@ func (sp *burstSigner) rss(b *testing.B) rssMiB {
 
 // cpuSeconds is the signer's user + system CPU time so far.
 func (sp *burstSigner) cpuSeconds(b *testing.B) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sp.cmd.Process.Pid))
-	if err != nil {
-		b.Fatalf("reading the signer's stat: %v", err)
-	}
-	// Fields after "(comm)": state is field 3, utime 14, stime 15.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	fields := strings.Fields(rest)
-	if !ok || len(fields) < 13 {
-		b.Fatalf("unexpected /proc stat %q", data)
-	}
-	utime, err1 := strconv.ParseFloat(fields[11], 64)
-	stime, err2 := strconv.ParseFloat(fields[12], 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("unexpected /proc stat %q", data)
-	}
-	return (utime + stime) / userHZ
+	return procCPU(b, sp.cmd.Process.Pid).Seconds()
 }
 
 // rawIssuanceCPU is the CPU seconds per x509.CreateCertificate of the leaf
@@ -448,7 +421,7 @@ func rawIssuanceCPU(b *testing.B, keyPath string, caCert *x509.Certificate, sc c
 	}
 	limit := new(big.Int).Lsh(big.NewInt(1), 128)
 	runtime.GC()
-	before := rusageSeconds(b)
+	before := selfCPU(b).Seconds()
 	for range burstRawLeaves {
 		serial, err := rand.Int(rand.Reader, limit)
 		if err != nil {
@@ -464,18 +437,10 @@ func rawIssuanceCPU(b *testing.B, keyPath string, caCert *x509.Certificate, sc c
 			b.Fatal(err)
 		}
 	}
-	return (rusageSeconds(b) - before) / burstRawLeaves
+	return (selfCPU(b).Seconds() - before) / burstRawLeaves
 }
 
 // rusageSeconds is this process's user + system CPU time so far.
-func rusageSeconds(b *testing.B) float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
 // settledEventCount waits until the number of Events about
 // PodCertificateRequests in the workloads' namespaces reaches want or stops
 // changing for 10 seconds, and returns it.

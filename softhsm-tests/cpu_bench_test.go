@@ -27,11 +27,7 @@ const clockTicks = 100
 func readCPU(tb testing.TB) cpuMeter {
 	tb.Helper()
 	var m cpuMeter
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	m.self = selfCPU(tb)
 	api, etcd := cp.PIDs()
 	m.apiserver = procCPU(tb, api)
 	m.etcd = procCPU(tb, etcd)
@@ -51,6 +47,16 @@ func readCPU(tb testing.TB) cpuMeter {
 	return m
 }
 
+// selfCPU is this process's user + system time.
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // procCPU is user + system time of process pid.
 func procCPU(tb testing.TB, pid int) time.Duration {
 	tb.Helper()
@@ -60,10 +66,15 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 	}
 	// The fields after the command name, which may hold spaces, in
 	// parentheses: state is the first, utime the 12th, stime the 13th.
-	rest := b[bytes.LastIndexByte(b, ')')+2:]
-	f := strings.Fields(string(rest))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		tb.Fatalf("unexpected /proc/%d/stat %q", pid, b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("unexpected /proc/%d/stat %q", pid, b)
+	}
 	return time.Duration(utime+stime) * time.Second / clockTicks
 }
 
@@ -87,10 +98,11 @@ func (u cpuUse) mean(o cpuUse) cpuUse {
 	return cpuUse{(u.selfMS + o.selfMS) / 2, (u.apiserverMS + o.apiserverMS) / 2, (u.etcdMS + o.etcdMS) / 2, (u.busy + o.busy) / 2}
 }
 
-// report reports u with its units prefixed with prefix.
-func (u cpuUse) report(b *testing.B, prefix string) {
-	b.ReportMetric(u.selfMS, prefix+"test-cpu-ms/PCR")
-	b.ReportMetric(u.apiserverMS, prefix+"apiserver-cpu-ms/PCR")
-	b.ReportMetric(u.etcdMS, prefix+"etcd-cpu-ms/PCR")
+// report reports u with its units prefixed with prefix, per what ("PCR",
+// "CSR").
+func (u cpuUse) report(b *testing.B, prefix, what string) {
+	b.ReportMetric(u.selfMS, prefix+"test-cpu-ms/"+what)
+	b.ReportMetric(u.apiserverMS, prefix+"apiserver-cpu-ms/"+what)
+	b.ReportMetric(u.etcdMS, prefix+"etcd-cpu-ms/"+what)
 	b.ReportMetric(100*u.busy, prefix+"busy-%")
 }

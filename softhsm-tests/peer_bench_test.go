@@ -10,9 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,9 +50,10 @@ const (
 // kube-controller-manager's csrsigning controller (a file CA key), one after
 // the other on the shared apiserver, each sign N CSRs for
 // kubernetes.io/kube-apiserver-client that were created and approved
-// before the signer starts. CSR/s is N over the time from starting the
-// signer to the last certificate seen on a watch, so a signer's start-up
-// counts (first-cert-s shows how much); of-kcm is keyward's CSR/s over
+// before the signer starts. CSR/s is (N − 1) over the time from the first
+// certificate seen on a watch to the last, so neither signer's start-up
+// counts (first-cert-s is start to first certificate, CSR/s-from-start
+// includes it); of-kcm is keyward's CSR/s over
 // kube-controller-manager's in the same run (kcm runs first for that; make
 // bench runs one -count 1 invocation per round, so that the three
 // alternate). Both signers run as processes of their own.
@@ -119,17 +118,7 @@ func BenchmarkCSRSigning(b *testing.B) {
 }
 
 // peerSize is N: KEYWARD_PEER_N or 1000.
-func peerSize(b *testing.B) int {
-	v := os.Getenv(envPeerN)
-	if v == "" {
-		return peerDefaultN
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		b.Fatalf("%s=%q: want a positive number of CSRs", envPeerN, v)
-	}
-	return n
-}
+func peerSize(b *testing.B) int { return envCount(b, envPeerN, peerDefaultN, 1) }
 
 // peerFileCA makes an ECDSA P-256 CA whose key is a PEM file (PKCS #8, which
 // kube-controller-manager reads too) and returns the key's URI and path, the
@@ -161,12 +150,12 @@ func keywardPeer(b *testing.B, signerName, keyURI, caFile string) func() (<-chan
 
 // peerRun creates and approves n CSRs, runs start (which starts a signer
 // that stops when b ends, and returns a channel that says when the signer
-// ended early, or nil, and the signer's process ID if it is not this
-// process, or 0), and waits until every CSR has a certificate. It reports
-// CSR/s, first-cert-s and the CPU per CSR from start to the last
-// certificate (of this process: the benchmark's watch; of the signer's
-// process; of kube-apiserver and etcd), checks a sample of the certificates against root, and returns
-// CSR/s.
+// ended early, or nil, and the signer's process ID), and waits until
+// every CSR has a certificate. It reports CSR/s, first-cert-s and the CPU
+// per CSR from start to the last certificate (of this process: the
+// benchmark's watch; of the signer's process, its start-up included; of
+// kube-apiserver and etcd), checks a sample of the certificates against
+// root, and returns CSR/s.
 func peerRun(b *testing.B, n int, root *x509.Certificate, start func() (<-chan error, int)) float64 {
 	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
 	defer cancel()
@@ -216,10 +205,7 @@ func peerRun(b *testing.B, n int, root *x509.Certificate, start func() (<-chan e
 	}
 	iw.wait(b, time.Second) // fails b on the timeout and on Failed CSRs
 	use := readCPU(b).since(cpu, n)
-	signerCPU := 0.0
-	if pid != 0 {
-		signerCPU = float64(procCPU(b, pid).Microseconds()) / 1000 / float64(n)
-	}
+	signerCPU := float64(procCPU(b, pid).Microseconds()) / 1000 / float64(n)
 
 	var first, last time.Time
 	for _, at := range iw.snapshot() {
@@ -231,9 +217,9 @@ func peerRun(b *testing.B, n int, root *x509.Certificate, start func() (<-chan e
 		}
 	}
 	// The signing rate is taken from the first certificate to the last:
-	// kube-controller-manager is a process that starts and connects, keyward
-	// runs in this one, and neither's start-up is signing. Start-up is
-	// reported on its own (first-cert-s), and the rate with it included.
+	// both signers are processes that start and connect, and neither's
+	// start-up is signing. Start-up is reported on its own (first-cert-s),
+	// and the rate with it included.
 	if n < 2 || !last.After(first) {
 		b.Fatalf("%d CSRs signed between %s and %s: too few to take a rate from", n, first, last)
 	}
@@ -241,11 +227,8 @@ func peerRun(b *testing.B, n int, root *x509.Certificate, start func() (<-chan e
 	b.ReportMetric(rate, "CSR/s")
 	b.ReportMetric(float64(n)/last.Sub(began).Seconds(), "CSR/s-from-start")
 	b.ReportMetric(first.Sub(began).Seconds(), "first-cert-s")
-	b.ReportMetric(use.selfMS, "test-cpu-ms/CSR")
 	b.ReportMetric(signerCPU, "process-cpu-ms/CSR")
-	b.ReportMetric(use.apiserverMS, "apiserver-cpu-ms/CSR")
-	b.ReportMetric(use.etcdMS, "etcd-cpu-ms/CSR")
-	b.ReportMetric(100*use.busy, "busy-%")
+	use.report(b, "", "CSR")
 
 	peerCheckSample(b, inf, root)
 	return rate
