@@ -88,6 +88,12 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 	ctb := func(verb string) attrs {
 		return attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: verb}
 	}
+	ctbNamed := func(verb, name string) attrs {
+		return attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: verb, Name: name}
+	}
+	authNamed := func(verb, sub, name string) attrs {
+		return attrs{Group: "keyward.dev", Resource: "authorities", Subresource: sub, Verb: verb, Name: name}
+	}
 	csr := func(verb, sub string) attrs {
 		return attrs{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: sub, Verb: verb}
 	}
@@ -120,20 +126,24 @@ func TestSignerRBACIsExactlyTheShippedRole(t *testing.T) {
 		// The trust publisher's grants (same identity).
 		{"attests for the base's keyward.dev/pod-identity (publishes trust bundles)", signerVerb("attest", "keyward.dev/pod-identity"), true},
 		{"attests for the per-test keyward.dev/* names (test-only grant)", signerVerb("attest", "keyward.dev/*"), true},
-		{"creates ClusterTrustBundles", ctb("create"), true},
-		{"gets ClusterTrustBundles", ctb("get"), true},
+		// Writes on bundles and Authorities: the shipped role names the
+		// base's own; keyward-softhsm-tests-trust-objects (test-only) adds
+		// the per-test ones, so unnamed writes are allowed here.
+		{"creates its own ClusterTrustBundle", ctbNamed("create", "keyward.dev:pod-identity:canary"), true},
+		{"patches its own ClusterTrustBundle", ctbNamed("patch", "keyward.dev:pod-identity:live"), true},
+		{"deletes its own ClusterTrustBundle", ctbNamed("delete", "keyward.dev:pod-identity:live"), true},
+		{"creates the per-test ClusterTrustBundles (test-only grant)", ctb("create"), true},
 		{"lists ClusterTrustBundles", ctb("list"), true},
 		{"watches ClusterTrustBundles", ctb("watch"), true},
-		{"updates ClusterTrustBundles", ctb("update"), true},
-		{"patches ClusterTrustBundles", ctb("patch"), true},
-		{"deletes ClusterTrustBundles", ctb("delete"), true},
+		{"does not update (replace) ClusterTrustBundles", ctb("update"), false},
 		// CA generations (signer and trust publisher): read every
 		// Authority, write status only by server-side apply (a patch).
 		{"gets Authorities", auth("get", ""), true},
 		{"lists Authorities", auth("list", ""), true},
 		{"watches Authorities", auth("watch", ""), true},
-		{"patches an Authority (removes a used override)", auth("patch", ""), true},
-		{"patches an Authority's status", auth("patch", "status"), true},
+		{"patches its own Authority (removes a used override)", authNamed("patch", "", "keyward.dev.pod-identity"), true},
+		{"patches its own Authority's status", authNamed("patch", "status", "keyward.dev.pod-identity"), true},
+		{"patches the per-test Authorities' status (test-only grant)", auth("patch", "status"), true},
 
 		{"does not attest for another domain's signers", signerVerb("attest", "example.com/*"), false},
 		{"does not attest for a kubernetes.io signer", signerVerb("attest", "kubernetes.io/kube-apiserver-client"), false},

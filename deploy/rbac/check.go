@@ -131,11 +131,11 @@ func Expectations(in Input) []Check {
 		for _, v := range []string{"get", "list", "watch"} {
 			s.add(true, "reads Authorities", v, keyward, "authorities", "", "", "")
 		}
-		s.add(true, "authority status", "patch", keyward, "authorities", "status", "", "")
-		s.add(sg.TrustPublisher, "patch only for the trust publisher", "patch", keyward, "authorities", "", "", "")
+		s.add(false, "Authority status writes name the Authority", "patch", keyward, "authorities", "status", "", "")
+		s.add(false, "Authority writes name the Authority", "patch", keyward, "authorities", "", "", "")
 		s.add(sg.BootstrapAuthorities, "create only for bootstrap", "create", keyward, "authorities", "", "", "")
 		s.add(false, "never deletes Authorities", "delete", keyward, "authorities", "", "", "")
-		s.add(sg.TrustPublisher, "trust publisher writes bundles", "create", certificates, "clustertrustbundles", "", "", "")
+		s.add(false, "no ClusterTrustBundle deletes but by name", "delete", certificates, "clustertrustbundles", "", "", "")
 		s.add(false, "no token reviews", "create", "authentication.k8s.io", "tokenreviews", "", "", "")
 	}
 	if ap := in.Approver; ap != nil {
@@ -172,11 +172,11 @@ func Expectations(in Input) []Check {
 		s.add(false, "no pod list", "list", "", "pods", "", "", "")
 		s.add(false, "no service-account tokens", "create", "", "serviceaccounts", "token", "", "default")
 		s.add(true, "reads Authorities", "get", keyward, "authorities", "", "", "")
-		s.add(true, "reservation in status", "patch", keyward, "authorities", "status", "", "")
+		s.add(false, "Authority status writes name the Authority", "patch", keyward, "authorities", "status", "", "")
 		s.add(ts.TrustPublisher, "attest on its name for its trust publisher", "attest", certificates, "signers", "", ts.SignerName, "")
 		s.add(false, "never signs", "sign", certificates, "signers", "", ts.SignerName, "")
 		s.add(false, "attest only on its own name", "attest", certificates, "signers", "", foreign, "")
-		s.add(ts.TrustPublisher, "trust publisher writes bundles", "create", certificates, "clustertrustbundles", "", "", "")
+		s.add(false, "no ClusterTrustBundle deletes but by name", "delete", certificates, "clustertrustbundles", "", "", "")
 		s.add(false, "no PCRs", "list", certificates, "podcertificaterequests", "", "", "")
 		s.add(false, "no Authority creation", "create", keyward, "authorities", "", "", "")
 	}
@@ -185,6 +185,80 @@ func Expectations(in Input) []Check {
 		secrets(s)
 		s.add(false, "the node agent's ServiceAccount has no bindings", "list", certificates, "certificatesigningrequests", "", "", "")
 		s.add(false, "the node agent's ServiceAccount has no bindings", "sign", certificates, "signers", "", foreign, "")
+	}
+	return append(out, IsolationChecks(in)...)
+}
+
+// powers is what one component may do per signer name.
+type powers struct {
+	sa                    string
+	sign, attest, approve []string
+	// status: names whose Authority status it writes; publish: names
+	// whose Authority (override annotation) and ClusterTrustBundles it
+	// writes (its trust publisher).
+	status, publish []string
+}
+
+func (in *Input) powers() []powers {
+	var out []powers
+	if s := in.Signer; s != nil {
+		names := sortedUnique(s.PCRSigners, s.CSRSigners)
+		p := powers{sa: orDefault(s.ServiceAccount, SignerName), sign: names, status: names}
+		if s.TrustPublisher {
+			p.attest, p.publish = names, names
+		}
+		out = append(out, p)
+	}
+	if a := in.Approver; a != nil {
+		out = append(out, powers{sa: orDefault(a.ServiceAccount, ApproverName), approve: sortedUnique(a.Signers)})
+	}
+	if t := in.TokenService; t != nil {
+		p := powers{sa: orDefault(t.ServiceAccount, TokenServiceName), status: l(t.SignerName)}
+		if t.TrustPublisher {
+			p.attest, p.publish = l(t.SignerName), l(t.SignerName)
+		}
+		out = append(out, p)
+	}
+	if in.NodeAgent {
+		out = append(out, powers{sa: NodeAgentName})
+	}
+	return out
+}
+
+// IsolationChecks is the trust matrix: for every component and every
+// signer name of in (and one no component was given), whether it may
+// sign, attest or approve for the name, and write (create, update, patch,
+// delete) the name's Authority, its status and its canary and live
+// ClusterTrustBundles. A component holds each only for its own names and
+// only as far as its work needs (status: patch, the server-side apply;
+// bundles: create, patch, delete; never update or delete an Authority).
+func IsolationChecks(in Input) []Check {
+	var out []Check
+	universe := sortedUnique(in.allNames(), l(foreignName(in.allNames())))
+	for _, p := range in.powers() {
+		s := newSA(&out, in.Namespace, p.sa)
+		for _, n := range universe {
+			auth, whose := in.authority(n), "another component's"
+			mine := func(list []string) bool { return contains(list, n) }
+			if mine(p.status) || mine(p.publish) {
+				whose = "its own"
+			}
+			s.add(mine(p.sign), "sign only for its own signer names", "sign", certificates, "signers", "", n, "")
+			s.add(mine(p.attest), "attest only for its own signer names (trust publisher)", "attest", certificates, "signers", "", n, "")
+			s.add(mine(p.approve), "approve only for the names it decides", "approve", certificates, "signers", "", n, "")
+			s.add(mine(p.status), "status of "+whose+" Authority", "patch", keyward, "authorities", "status", auth, "")
+			s.add(false, "status is applied (patch), never replaced", "update", keyward, "authorities", "status", auth, "")
+			s.add(mine(p.publish), "spec/metadata of "+whose+" Authority (trust publisher: override annotation)", "patch", keyward, "authorities", "", auth, "")
+			s.add(false, "no Authority replaced", "update", keyward, "authorities", "", auth, "")
+			s.add(false, "no Authority deleted", "delete", keyward, "authorities", "", auth, "")
+			for _, v := range []string{"canary", "live"} {
+				b := bundleName(n, v)
+				s.add(mine(p.publish), "publish "+whose+" ClusterTrustBundle", "patch", certificates, "clustertrustbundles", "", b, "")
+				s.add(mine(p.publish), "publish "+whose+" ClusterTrustBundle", "create", certificates, "clustertrustbundles", "", b, "")
+				s.add(mine(p.publish), "retire "+whose+" ClusterTrustBundle", "delete", certificates, "clustertrustbundles", "", b, "")
+				s.add(false, "bundles are applied (patch), never replaced", "update", certificates, "clustertrustbundles", "", b, "")
+			}
+		}
 	}
 	return out
 }

@@ -85,6 +85,13 @@ func TestRenderedRBACHoldsExactlyTheExpectedPermissions(t *testing.T) {
 			return Input{Namespace: ns, Approver: &ApproverInput{ServiceAccount: "a-only", LeaseName: "a-only",
 				Signers: []string{"kubernetes.io/kubelet-serving", "example.com/daemons"}}}
 		}},
+		{"Authorities named otherwise are written by their given names only", func(ns string) Input {
+			return Input{Namespace: ns, Signer: &SignerInput{ServiceAccount: "s-named", LeaseName: "s-named",
+				PCRSigners: []string{"keyward.dev/named"}, TrustPublisher: true},
+				TokenService: &TokenServiceInput{ServiceAccount: "t-named", LeaseName: "t-named",
+					SignerName: "keyward.dev/named-token", TrustPublisher: true},
+				AuthorityNames: map[string]string{"keyward.dev/named": "demo", "keyward.dev/named-token": "registry-token"}}
+		}},
 		{"a token service without a trust publisher holds no attest", func(ns string) Input {
 			return Input{Namespace: ns, TokenService: &TokenServiceInput{ServiceAccount: "t-notp", LeaseName: "t-notp",
 				SignerName: "keyward.dev/registry-token"}}
@@ -107,6 +114,9 @@ func TestRenderedRBACHoldsExactlyTheExpectedPermissions(t *testing.T) {
 			checks := Expectations(in)
 			if len(checks) < 20 {
 				t.Fatalf("only %d checks", len(checks))
+			}
+			for _, c := range checks {
+				t.Log(c)
 			}
 			if err := Prove(ctx, admin, checks); err != nil {
 				t.Fatalf("RBAC differs from its expectations:\n%v", err)

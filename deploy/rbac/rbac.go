@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
@@ -40,6 +43,10 @@ type Input struct {
 	Approver     *ApproverInput     // nil: no approver
 	TokenService *TokenServiceInput // nil: no token service
 	NodeAgent    bool               // true: its ServiceAccount (no bindings: it acts as the node)
+	// AuthorityNames maps a signer name to its Authority's name where that
+	// is not AuthorityName's derived one (`keyward ca init --authority`).
+	// Writes on Authorities are granted on exactly these names.
+	AuthorityNames map[string]string
 }
 
 // SignerInput is the signer's (and its trust publisher's) part.
@@ -165,8 +172,38 @@ func (in *Input) validate() error {
 		if n == "" || n[len(n)-1] == '*' {
 			return fmt.Errorf("%w: signer name %q: exact names only", ErrInvalidInput, n)
 		}
+		if in.authority(n) == "" {
+			return fmt.Errorf("%w: signer name %q: no Authority name can be derived from it: give one (--authority %s=NAME)", ErrInvalidInput, n, n)
+		}
 	}
 	return nil
+}
+
+// authority is the name of signerName's Authority.
+func (in *Input) authority(signerName string) string {
+	if n := in.AuthorityNames[signerName]; n != "" {
+		return n
+	}
+	return AuthorityName(signerName)
+}
+
+// authorities gives the Authority names of names, sorted.
+func (in *Input) authorities(names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, in.authority(n))
+	}
+	return sortedUnique(out)
+}
+
+// bundles gives the canary and live ClusterTrustBundle names of names,
+// sorted.
+func bundles(names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, bundleName(n, "canary"), bundleName(n, "live"))
+	}
+	return sortedUnique(out)
 }
 
 func (in *Input) allNames() []string {
@@ -190,8 +227,9 @@ const (
 	coordination = "coordination.k8s.io"
 )
 
-func signerRules(s *SignerInput) []rule {
+func signerRules(in *Input, s *SignerInput) []rule {
 	names := sortedUnique(s.PCRSigners, s.CSRSigners)
+	auths := in.authorities(names)
 	var rules []rule
 	if len(s.PCRSigners) > 0 {
 		rules = append(rules,
@@ -206,13 +244,10 @@ func signerRules(s *SignerInput) []rule {
 	rules = append(rules,
 		r("kube-apiserver lets only an identity with `sign` on the exact signer name issue for it: its configured names, never \"<domain>/*\".", l(certificates), l("signers"), names, l("sign")),
 		r("Events on the requests it signs or fails.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
-		r("Read each signer name's CA generations from its Authority.", l(keyward), l("authorities"), nil, l("get", "list", "watch")),
-		r("Report keyCheck and lastIssuedNotAfter in an Authority's status while leading.", l(keyward), l("authorities/status"), nil, l("patch")))
+		r(readAuthorities, l(keyward), l("authorities"), nil, l("get", "list", "watch")),
+		r("Report keyCheck and lastIssuedNotAfter in its own Authorities' status while leading (server-side apply: patch), never another component's.", l(keyward), l("authorities/status"), auths, l("patch")))
 	if s.TrustPublisher {
-		rules = append(rules,
-			r("Trust publisher: kube-apiserver admits a ClusterTrustBundle naming a signer only from an identity with `attest` on that exact name.", l(certificates), l("signers"), names, l("attest")),
-			r("Trust publisher: publish, update and retire the ClusterTrustBundles of its names.", l(certificates), l("clustertrustbundles"), nil, l("create", "get", "list", "watch", "update", "patch", "delete")),
-			r("Trust publisher: remove a used override annotation from an Authority.", l(keyward), l("authorities"), nil, l("patch")))
+		rules = append(rules, trustPublisherRules(names, auths)...)
 	}
 	if s.BootstrapAuthorities {
 		rules = append(rules,
@@ -232,19 +267,35 @@ func approverRules(a *ApproverInput) []rule {
 	}
 }
 
-func tokenServiceRules(t *TokenServiceInput) []rule {
+// readAuthorities is why every Authority is readable: list and watch cannot
+// be narrowed by resourceNames, and the Authority informer
+// (kubeclient/authority/client.NewInformer) lists every Authority and finds
+// a signer name's by spec.signerName. Reading gives no power over them.
+const readAuthorities = "Read the CA generations of its signer names (informer): list and watch cannot be narrowed by name, so every Authority is readable; writes are on its own names only."
+
+// trustPublisherRules are the trust publisher's grants for its signer
+// names and their Authorities: attest, its bundles by name, its
+// Authorities' override annotation.
+func trustPublisherRules(names, auths []string) []rule {
+	return []rule{
+		r("Trust publisher: kube-apiserver admits a ClusterTrustBundle naming a signer only from an identity with `attest` on that exact name.", l(certificates), l("signers"), names, l("attest")),
+		r("Trust publisher: watch ClusterTrustBundles (informer; list and watch cannot be narrowed by name, the label selector does not narrow a grant).", l(certificates), l("clustertrustbundles"), nil, l("list", "watch")),
+		r("Trust publisher: publish (server-side apply: patch, or create when absent) and retire (delete) its own canary and live ClusterTrustBundles only.", l(certificates), l("clustertrustbundles"), bundles(names), l("get", "create", "patch", "delete")),
+		r("Trust publisher: remove a used override annotation from its own Authorities only.", l(keyward), l("authorities"), auths, l("patch")),
+	}
+}
+
+func tokenServiceRules(in *Input, t *TokenServiceInput) []rule {
+	auths := in.authorities(l(t.SignerName))
 	rules := []rule{
 		r("Validate the pod-bound service-account tokens callers present.", l("authentication.k8s.io"), l("tokenreviews"), nil, l("create")),
 		r("Read the token's pod and service account (namespace, node, annotations the rules match).", l(""), l("pods", "serviceaccounts"), nil, l("get")),
-		r("Read the Authority of its signer name (the key that mints tokens).", l(keyward), l("authorities"), nil, l("get", "list", "watch")),
-		r("Keep the key's reservation in the Authority's status while leading.", l(keyward), l("authorities/status"), nil, l("patch")),
+		r(readAuthorities, l(keyward), l("authorities"), nil, l("get", "list", "watch")),
+		r("Report its key's keyCheck and lastIssuedNotAfter in its own Authority's status while leading (server-side apply: patch), never another component's.", l(keyward), l("authorities/status"), auths, l("patch")),
 		r("Events on its Authority.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
 	}
 	if t.TrustPublisher {
-		rules = append(rules,
-			r("Trust publisher: `attest` on its own signer name only, to publish its ClusterTrustBundles.", l(certificates), l("signers"), l(t.SignerName), l("attest")),
-			r("Trust publisher: publish and retire the ClusterTrustBundles of its signer name.", l(certificates), l("clustertrustbundles"), nil, l("list", "watch", "create", "patch", "delete")),
-			r("Trust publisher: remove a used override annotation from the Authority.", l(keyward), l("authorities"), nil, l("patch")))
+		rules = append(rules, trustPublisherRules(l(t.SignerName), auths)...)
 	}
 	return rules
 }
@@ -342,7 +393,7 @@ func render(in Input) ([]object, error) {
 		sa := orDefault(s.ServiceAccount, SignerName)
 		out = append(out, component(ns, "signer", sa, orDefault(s.LeaseName, SignerName),
 			"The signer: issues PodCertificateRequests and CSRs for its configured names (sign on exactly those), never approves."+
-				trustNote(s.TrustPublisher), signerRules(s))...)
+				trustNote(s.TrustPublisher), signerRules(&in, s))...)
 	}
 	if a := in.Approver; a != nil {
 		sa := orDefault(a.ServiceAccount, ApproverName)
@@ -352,7 +403,7 @@ func render(in Input) ([]object, error) {
 	if t := in.TokenService; t != nil {
 		sa := orDefault(t.ServiceAccount, TokenServiceName)
 		out = append(out, component(ns, "token-service", sa, orDefault(t.LeaseName, TokenServiceName),
-			"The registry token service: reviews pod tokens and mints registry tokens with "+t.SignerName+"'s key."+trustNote(t.TrustPublisher), tokenServiceRules(t))...)
+			"The registry token service: reviews pod tokens and mints registry tokens with "+t.SignerName+"'s key."+trustNote(t.TrustPublisher), tokenServiceRules(&in, t))...)
 	}
 	if in.NodeAgent {
 		no := false
@@ -406,4 +457,21 @@ func FromTokenServiceConfig(c *tsconfig.TokenServiceConfiguration) TokenServiceI
 		SignerName:     c.SignerName,
 		TrustPublisher: c.TrustPublisher.Enabled == nil || *c.TrustPublisher.Enabled,
 	}
+}
+
+// AuthorityName is the name of signerName's Authority the RBAC grants
+// writes on: DefaultAuthorityName's ("example.com/x" → "example.com.x"),
+// or "" when none can be derived (Input.validate says so).
+func AuthorityName(signerName string) string {
+	n, err := v1alpha1.DefaultAuthorityName(signerName)
+	if err != nil {
+		return ""
+	}
+	return n
+}
+
+// bundleName is the name of a signer's ClusterTrustBundle of one version
+// (trustpublisher.BundleName: "/" as ":", then ":canary" or ":live").
+func bundleName(signerName, version string) string {
+	return strings.ReplaceAll(signerName, "/", ":") + ":" + version
 }

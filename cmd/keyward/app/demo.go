@@ -444,5 +444,6 @@ func demoRBAC() ([]byte, error) {
 	cfg := &config.SignerConfiguration{Signers: []config.Signer{{Name: demoSigner, Profile: config.ProfilePodIdentity}, demoDaemonSignerConfig()}}
 	s, a := rbac.FromSignerConfig(cfg), rbac.ApproverFromSignerConfig(cfg)
 	return rbac.RenderYAML(rbac.Input{Namespace: rbac.DefaultNamespace, Signer: &s, Approver: &a,
-		TokenService: &rbac.TokenServiceInput{SignerName: demoTokenSigner, TrustPublisher: true}})
+		TokenService:   &rbac.TokenServiceInput{SignerName: demoTokenSigner, TrustPublisher: true},
+		AuthorityNames: map[string]string{demoSigner: demoAuthority, demoTokenSigner: demoTokenAuthority}})
 }

@@ -16,6 +16,7 @@ type deployRBACOptions struct {
 	tokenServiceConfig   string
 	nodeAgent            bool
 	bootstrapAuthorities bool
+	authorities          map[string]string
 }
 
 func newDeployCommand() *cobra.Command {
@@ -31,11 +32,13 @@ func newDeployCommand() *cobra.Command {
 func newDeployRBACCommand() *cobra.Command {
 	o := &deployRBACOptions{}
 	cmd := &cobra.Command{
-		Use:   "rbac --namespace NS [--signer-config FILE] [--approver] [--token-service-config FILE] [--node-agent] [--bootstrap-authorities]",
+		Use:   "rbac --namespace NS [--signer-config FILE] [--approver] [--token-service-config FILE] [--node-agent] [--bootstrap-authorities] [--authority SIGNER=NAME]...",
 		Short: "Write the RBAC (ServiceAccounts, roles, bindings) keyward's components need for their configuration, as YAML",
 		Long: "Derives every permission from the configuration files: `sign` (and `attest`, for the trust publisher) on exactly\n" +
 			"the configured signer names, CSR verbs only with CSR signer names, `approve` only for the approver's names,\n" +
-			"and nothing on Secrets. See \"Permissions\" in docs/signer.md.",
+			"and nothing on Secrets. Writes on Authorities and ClusterTrustBundles are granted on each component's own\n" +
+			"objects only: the Authority `keyward ca init` names (example.com/x → example.com.x, or --authority) and\n" +
+			"the bundles <signer with / as :>:canary and :live. See \"Permissions\" in docs/signer.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in, err := o.input()
@@ -56,11 +59,12 @@ func newDeployRBACCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.tokenServiceConfig, "token-service-config", "", "the token service's TokenServiceConfiguration: renders its RBAC")
 	cmd.Flags().BoolVar(&o.nodeAgent, "node-agent", false, "render the node agent's ServiceAccount (no bindings: it acts as its node)")
 	cmd.Flags().BoolVar(&o.bootstrapAuthorities, "bootstrap-authorities", false, "let the signer create Authorities (its init container runs `keyward ca init`)")
+	cmd.Flags().StringToStringVar(&o.authorities, "authority", nil, "SIGNER=NAME: the Authority of signer name SIGNER is NAME, not the derived one (as with `keyward ca init --authority`); repeatable")
 	return cmd
 }
 
 func (o *deployRBACOptions) input() (rbac.Input, error) {
-	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent}
+	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent, AuthorityNames: o.authorities}
 	if o.signerConfig == "" && o.tokenServiceConfig == "" && !o.nodeAgent {
 		return in, fmt.Errorf("nothing to render: give --signer-config, --token-service-config or --node-agent")
 	}

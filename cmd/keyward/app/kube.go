@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/keyward/keyward/kubeclient"
@@ -17,7 +16,6 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -142,16 +140,13 @@ func authorityForSigner(ctx context.Context, c *authclient.Client, signer string
 	}
 }
 
-var notDNS = regexp.MustCompile(`[^a-z0-9.-]+`)
-
 // authorityNameFor derives an Authority's name from a signer name:
-// "example.com/my-signer" becomes "example.com.my-signer".
+// "example.com/my-signer" becomes "example.com.my-signer"
+// (v1alpha1.DefaultAuthorityName, the name the shipped RBAC grants).
 func authorityNameFor(signer string) (string, error) {
-	s := notDNS.ReplaceAllString(strings.ToLower(strings.ReplaceAll(signer, "/", ".")), "-")
-	s = regexp.MustCompile(`\.[-.]*`).ReplaceAllString(s, ".")
-	s = strings.Trim(s, ".-")
-	if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {
-		return "", fmt.Errorf("cannot derive an Authority name from signer %s (%s): pass --authority NAME", signer, strings.Join(errs, "; "))
+	s, err := v1alpha1.DefaultAuthorityName(signer)
+	if err != nil {
+		return "", fmt.Errorf("%w: pass --authority NAME", err)
 	}
 	return s, nil
 }

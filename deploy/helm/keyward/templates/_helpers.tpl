@@ -217,3 +217,32 @@ subjects:
   name: keyward-{{ .component }}
   namespace: {{ include "keyward.namespace" .ctx }}
 {{- end -}}
+
+{{- /*
+The Authority names of a JSON list of signer names, as JSON: the name
+`keyward ca init` derives (example.com/x → example.com.x;
+deploy/rbac.AuthorityName). RBAC grants writes on exactly these.
+*/ -}}
+{{- define "keyward.authorityNames" -}}
+{{- $out := list -}}
+{{- range (. | fromJsonArray) -}}
+{{- $n := lower (replace "/" "." .) -}}
+{{- $n = regexReplaceAll "[^a-z0-9.-]+" $n "-" -}}
+{{- $n = regexReplaceAll "\\.[-.]*" $n "." -}}
+{{- $out = append $out (trimAll ".-" $n) -}}
+{{- end -}}
+{{- toJson ($out | uniq | sortAlpha) -}}
+{{- end -}}
+
+{{- /*
+The canary and live ClusterTrustBundle names of a JSON list of signer
+names, as JSON: the signer name with / as :, then :canary or :live.
+*/ -}}
+{{- define "keyward.bundleNames" -}}
+{{- $out := list -}}
+{{- range (. | fromJsonArray) -}}
+{{- $b := replace "/" ":" . -}}
+{{- $out = append $out (printf "%s:canary" $b) (printf "%s:live" $b) -}}
+{{- end -}}
+{{- toJson ($out | uniq | sortAlpha) -}}
+{{- end -}}
