@@ -22,7 +22,9 @@ import (
 // --create-key --skip-if-present, so a rerun is a no-op there); the second
 // run leaves the token as it is. The key URIs it passes name that token and
 // PIN: the real pkcs11 backend creates a key with each. (`keyward` itself is
-// a stub recording its arguments: the CA side is ca init's own test.)
+// a stub recording its arguments: the CA side is ca init's own test; its
+// `key init-token` runs the real keyward, which initialises the token
+// through PKCS#11.) Neither PIN is on any command line the script runs.
 func TestSoftHSMInitScriptIsIdempotent(t *testing.T) {
 	for _, tool := range []string{"softhsm2-util", "sh"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -46,11 +48,12 @@ func TestSoftHSMInitScriptIsIdempotent(t *testing.T) {
 	tokens := host("tokens")
 	conf := strings.ReplaceAll(string(configMapData(t, objs, "keyward-softhsm-conf", "softhsm2.conf")), "/var/lib/softhsm/tokens", tokens)
 	files := map[string]string{
-		"/etc/keyward/hsm/pin":                    "4321",
-		"/etc/keyward/softhsm/so-pin":             "87654321",
+		"/etc/keyward/hsm/pin":                    "4321-user-pin",
+		"/etc/keyward/softhsm/so-pin":             "8765-so-pin",
 		"/etc/keyward/config/config.yaml":         string(configMapData(t, objs, "keyward-signer-config", "config.yaml")),
 		"/etc/keyward/softhsm-conf/softhsm2.conf": conf,
-		"/bin/keyward":                            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$KEYWARD_STUB_LOG\"\n",
+		"/bin/keyward": "#!/bin/sh\nif [ \"$1 $2\" = 'key init-token' ]; then exec \"$KEYWARD_REAL\" \"$@\"; fi\n" +
+			"printf '%s\\n' \"$*\" >> \"$KEYWARD_STUB_LOG\"\n",
 	}
 	for p, content := range files {
 		if err := os.MkdirAll(filepath.Dir(host(p)), 0o755); err != nil {
@@ -64,16 +67,29 @@ func TestSoftHSMInitScriptIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := strings.ReplaceAll(init.Args[0], "/etc/keyward/", root+"/etc/keyward/")
-	env := []string{"PATH=" + host("/bin") + ":" + os.Getenv("PATH"), "KEYWARD_STUB_LOG=" + host("keyward.log")}
+	real := host("keyward-real")
+	build := exec.Command("go", "build", "-o", real, "./cmd/keyward")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/keyward: %v\n%s", err, out)
+	}
+	env := []string{"PATH=" + host("/bin") + ":" + os.Getenv("PATH"), "KEYWARD_STUB_LOG=" + host("keyward.log"), "KEYWARD_REAL=" + real}
 	for _, e := range init.Env {
 		env = append(env, e.Name+"="+strings.ReplaceAll(e.Value, "/etc/keyward/", root+"/etc/keyward/"))
 	}
 	run := func() {
 		t.Helper()
-		cmd := exec.Command(init.Command[0], append(init.Command[1:], script)...)
+		// -x traces every command with its arguments expanded.
+		cmd := exec.Command(init.Command[0], append(append(init.Command[1:], "-x"), script)...)
 		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Fatalf("the init script failed: %v\n%s", err, out)
+		}
+		for _, pin := range []string{"4321-user-pin", "8765-so-pin"} {
+			if strings.Contains(string(out), pin) {
+				t.Errorf("a PIN is on a command line the script runs (sh -x trace):\n%s", out)
+			}
 		}
 	}
 	tokenSerials := func() []string {

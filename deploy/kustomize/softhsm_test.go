@@ -69,9 +69,12 @@ func TestSoftHSMOverlayRBACIsGenerated(t *testing.T) {
 // SoftHSM2 token and a real kube-apiserver, as the signer's ServiceAccount
 // with the overlay's RBAC (applied for real): the first run initialises the
 // token and makes generation g1 of each signer name; the second changes
-// neither the token's key objects nor the Authorities.
+// neither the token's key objects nor the Authorities. Neither PIN is ever
+// on a command line (/proc/<pid>/cmdline shows those to every process):
+// the script's text passes none, and `sh -x`'s trace of every command it
+// runs, arguments expanded, holds neither PIN.
 func TestSoftHSMInitScriptRunsTwice(t *testing.T) {
-	for _, tool := range []string{"sh", "softhsm2-util"} {
+	for _, tool := range []string{"sh"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is needed (make deps): %v", tool, err)
 		}
@@ -144,8 +147,8 @@ func TestSoftHSMInitScriptRunsTwice(t *testing.T) {
 	conf := filepath.Join(dir, "softhsm2.conf")
 	files := map[string]string{
 		conf:                         "directories.tokendir = " + tokens + "\nobjectstore.backend = file\nlog.level = INFO\n",
-		filepath.Join(dir, "pin"):    "1234",
-		filepath.Join(dir, "so-pin"): "5678",
+		filepath.Join(dir, "pin"):    userPIN + "\n",
+		filepath.Join(dir, "so-pin"): soPIN,
 	}
 	for name, content := range files {
 		if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
@@ -169,18 +172,36 @@ func TestSoftHSMInitScriptRunsTwice(t *testing.T) {
 		}
 	}
 	script := filepath.Join(root, "deploy/kustomize/overlays/softhsm/softhsm-init.sh")
+	text, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--pin ", "--so-pin ", "--pin=", "--so-pin=", "$(cat"} {
+		if bytes.Contains(text, []byte(flag)) {
+			t.Errorf("softhsm-init.sh passes %q: a PIN on a command line", flag)
+		}
+	}
 	run := func() string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "sh", script)
+		// -x traces every command the script runs with its arguments
+		// expanded: what /proc/<pid>/cmdline would show.
+		cmd := exec.CommandContext(ctx, "sh", "-x", script)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("softhsm-init.sh: %v\n%s", err, out)
 		}
+		for name, pin := range map[string]string{"user PIN": userPIN, "SO PIN": soPIN} {
+			if strings.Contains(string(out), pin) {
+				t.Errorf("the %s is on a command line the script runs (sh -x trace):\n%s", name, out)
+			}
+		}
 		return string(out)
 	}
 
-	run()
+	if out := run(); !strings.Contains(out, "softhsm: token ") || !strings.Contains(out, " initialised") {
+		t.Errorf("first run:\n%s\nwant the token initialised", out)
+	}
 	ac, err := authclient.New(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -217,10 +238,20 @@ func TestSoftHSMInitScriptRunsTwice(t *testing.T) {
 	if got := snapshot(t, tokens); !reflect.DeepEqual(got, tokenFiles) {
 		t.Errorf("the second run changed the token's files:\n%v\nthen\n%v", tokenFiles, got)
 	}
+	if !strings.Contains(out, "softhsm: token ") || !strings.Contains(out, " present") {
+		t.Errorf("second run:\n%s\nwant the token found present", out)
+	}
 	if n := strings.Count(out, "nothing to do"); n != len(signers) {
 		t.Errorf("second run:\n%s\nwant %d lines saying nothing to do", out, len(signers))
 	}
 }
+
+// The init script's PINs: distinctive, so that a trace holding them is
+// found.
+const (
+	userPIN = "user-pin-7c1e9a"
+	soPIN   = "so-pin-4b2a8f"
+)
 
 // snapshot is every file under dir with its content's hash, except each
 // token's token.object, where SoftHSM2 itself records login state (it is

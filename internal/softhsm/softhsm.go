@@ -143,6 +143,49 @@ func (e *Env) NewToken(label string) (*Token, error) {
 	return &Token{Label: label, Serial: serial, ModulePath: e.ModulePath, PINFile: pinFile, pin: pin, soPIN: soPIN}, nil
 }
 
+// InitToken initialises a token labelled label in the free slot of the
+// SoftHSM2 module at module path, with SO PIN soPIN and user PIN pin, all
+// through the PKCS#11 API (C_InitToken, C_InitPIN): no PIN is ever on a
+// command line. It returns the token's serial. SoftHSM reads SOFTHSM2_CONF
+// from the environment.
+func InitToken(module, label, soPIN, pin string) (string, error) {
+	if soPIN == "" || pin == "" {
+		return "", errors.New("initialising a token needs a non-empty SO PIN and user PIN")
+	}
+	return initToken(module, label, soPIN, pin)
+}
+
+// TokenPresent reports whether the module has an initialised token
+// labelled label.
+func TokenPresent(module, label string) (bool, error) {
+	p := pkcs11.New(module)
+	if p == nil {
+		return false, fmt.Errorf("loading PKCS#11 module %s failed", module)
+	}
+	defer p.Destroy()
+	if err := p.Initialize(); err != nil {
+		if !errors.Is(err, pkcs11.Error(pkcs11.CKR_CRYPTOKI_ALREADY_INITIALIZED)) {
+			return false, fmt.Errorf("C_Initialize: %w", err)
+		}
+	} else {
+		defer p.Finalize()
+	}
+	slots, err := p.GetSlotList(true)
+	if err != nil {
+		return false, fmt.Errorf("C_GetSlotList: %w", err)
+	}
+	for _, s := range slots {
+		ti, err := p.GetTokenInfo(s)
+		if err != nil {
+			return false, fmt.Errorf("C_GetTokenInfo: %w", err)
+		}
+		if strings.TrimSpace(ti.Label) == label && ti.Flags&pkcs11.CKF_TOKEN_INITIALIZED != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // initToken finds the free slot SoftHSM always offers, initialises a token
 // there and sets its user PIN. If another part of this process (crypto11)
 // already initialised the module, it is used as it is and left initialised.

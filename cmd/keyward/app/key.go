@@ -17,7 +17,7 @@ func newKeyCommand() *cobra.Command {
 		Use:   "key",
 		Short: "Create and inspect CA keys in any backend (file, pkcs11, gcpkms, awskms)",
 	}
-	cmd.AddCommand(newKeyCreateCommand(), newKeyInspectCommand())
+	cmd.AddCommand(newKeyCreateCommand(), newKeyInspectCommand(), newKeyInitTokenCommand())
 	return cmd
 }
 

@@ -3,7 +3,8 @@
 # runs before the signer on every pod start, and changes nothing when all
 # is in place already.
 #  1. Initialises the SoftHSM2 token TOKEN_LABEL from the PIN files, unless
-#     the token volume holds it.
+#     the token volume holds it (`keyward key init-token`: through PKCS#11,
+#     no PIN on any command line).
 #  2. For each signer name in SIGNERS, creates a key and a self-signed CA
 #     generation GENERATION in the name's Authority, unless the Authority has
 #     that generation with that key (`keyward ca init --skip-if-present`; the
@@ -23,12 +24,10 @@ SO_PIN_FILE=${SO_PIN_FILE:-/etc/keyward/softhsm/so-pin}
 CONFIG=${CONFIG:-/etc/keyward/config/config.yaml}
 KEYWARD=${KEYWARD:-keyward}
 
-if softhsm2-util --show-slots | grep -q "Label:[[:space:]]*${TOKEN_LABEL}[[:space:]]*\$"; then
-  echo "softhsm: token ${TOKEN_LABEL} present"
-else
-  softhsm2-util --init-token --free --label "${TOKEN_LABEL}" \
-    --pin "$(cat "${PIN_FILE}")" --so-pin "$(cat "${SO_PIN_FILE}")"
-fi
+# Through PKCS#11 (C_InitToken, C_InitPIN), the PINs read from their files:
+# never on a command line, where /proc/<pid>/cmdline would show them.
+"${KEYWARD}" key init-token --module "${MODULE}" --label "${TOKEN_LABEL}" \
+  --pin-file "${PIN_FILE}" --so-pin-file "${SO_PIN_FILE}"
 
 for signer in ${SIGNERS}; do
   # One key object per signer name and generation, e.g.
