@@ -47,6 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	certv1ac "k8s.io/client-go/applyconfigurations/certificates/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	kubeletv1 "k8s.io/kubelet/config/v1"
@@ -600,7 +601,9 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 		{"it may watch Authorities", attrs{Group: "keyward.dev", Resource: "authorities", Verb: "watch"}, true},
 		{"it may patch an Authority's status", attrs{Group: "keyward.dev", Resource: "authorities", Subresource: "status", Verb: "patch", Name: "keyward.dev.registry-token"}, true},
 		{"it may apply a ClusterTrustBundle", attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "patch", Name: "keyward.dev:registry-token:live"}, true},
-		{"it may create a ClusterTrustBundle", attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "create"}, true},
+		{"it may create its own ClusterTrustBundle (server-side apply)", attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "create", Name: "keyward.dev:registry-token:canary"}, true},
+		{"it may not delete another signer's ClusterTrustBundle", attrs{Group: "certificates.k8s.io", Resource: "clustertrustbundles", Verb: "delete", Name: "keyward.dev:pod-identity:live"}, false},
+		{"it may not patch another signer's Authority status", attrs{Group: "keyward.dev", Resource: "authorities", Subresource: "status", Verb: "patch", Name: "keyward.dev.pod-identity"}, false},
 		{"it may renew its Lease", attrs{Namespace: namespace, Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Name: "keyward-token-service"}, true},
 		{"it may create Events", attrs{Namespace: "default", Resource: "events", Verb: "create"}, true},
 
@@ -655,7 +658,12 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 			Spec:       certv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: string(root)},
 		}
 	}
-	if _, err := cs.CertificatesV1().ClusterTrustBundles().Create(ctx, ctb(signerName), metav1.CreateOptions{}); err != nil {
+	// As the trust publisher publishes: server-side apply (a plain create
+	// carries no name to authorize, and the grant names its bundles).
+	own := ctb(signerName)
+	apply := certv1ac.ClusterTrustBundle(own.Name).
+		WithSpec(certv1ac.ClusterTrustBundleSpec().WithSignerName(signerName).WithTrustBundle(own.Spec.TrustBundle))
+	if _, err := cs.CertificatesV1().ClusterTrustBundles().Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "keyward-trustpublisher", Force: true}); err != nil {
 		t.Errorf("publishing its own signer's bundle: %v", err)
 	}
 	if _, err := cs.CertificatesV1().ClusterTrustBundles().Create(ctx, ctb("keyward.dev/pod-identity"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
