@@ -242,7 +242,7 @@ names, as JSON: the signer name with / as :, then :canary or :live.
 {{- $out := list -}}
 {{- range (. | fromJsonArray) -}}
 {{- $b := replace "/" ":" . -}}
-{{- $out = append $out (printf "%s:canary" $b) (printf "%s:live" $b) -}}
+{{- $out = concat $out (list (printf "%s:canary" $b) (printf "%s:live" $b)) -}}
 {{- end -}}
 {{- toJson ($out | uniq | sortAlpha) -}}
 {{- end -}}
