@@ -55,3 +55,17 @@ func TestDeployRBACWithNothingToRenderFails(t *testing.T) {
 		t.Fatalf("deploy rbac with no input: output %q, error %v; want an error naming --signer-config", out, err)
 	}
 }
+
+// --authority SIGNER=NAME moves the Authority writes to the given name; the
+// derived name is granted nothing then.
+func TestDeployRBACAuthorityFlagNamesTheAuthority(t *testing.T) {
+	base := filepath.Join("..", "..", "..", "deploy", "kustomize", "base")
+	out, err := runDeployRBAC(t, "--token-service-config", filepath.Join(base, "token-service-config.yaml"),
+		"--authority", "keyward.dev/registry-token=registry-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "  - registry-token\n") || strings.Contains(out, "keyward.dev.registry-token") {
+		t.Errorf("with --authority keyward.dev/registry-token=registry-token the RBAC names:\n%s", out)
+	}
+}
