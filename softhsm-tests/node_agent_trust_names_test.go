@@ -149,10 +149,11 @@ func TestNodeAgentTrustProjectsOnlyKeywardsBundleNames(t *testing.T) {
 	waitTrustFile(t, ctx, file, live[0])
 
 	// A change to keyward's bundle is followed; the attacker's stays out.
-	putBundle(t, ctx, publisher, prefix+":live", signer, "live", live[0]+live[1])
+	admin := cp.AdminClient() // the test's publisher may create, not update
+	putBundle(t, ctx, admin, prefix+":live", signer, "live", live[0]+live[1])
 	waitTrustFile(t, ctx, file, live[0]+live[1])
 	putBundle(t, ctx, attacker, prefix+":attacker", signer, "live", manyCAs(t, 3))
-	putBundle(t, ctx, publisher, prefix+":live", signer, "live", live[1])
+	putBundle(t, ctx, admin, prefix+":live", signer, "live", live[1])
 	waitTrustFile(t, ctx, file, live[1])
 	eventually(t, ctx, func() (bool, string) {
 		v := metricValue(t, a.metrics, "keyward_node_trust_bundles_ignored", `trust="pods"`)
@@ -162,7 +163,7 @@ func TestNodeAgentTrustProjectsOnlyKeywardsBundleNames(t *testing.T) {
 
 // With the attacker's bundle name accepted explicitly
 // (trust[].additionalBundleNames), the caps still hold: a bundle that grows
-// past trust[].maxCertificates leaves the last good file in place, said by
+// past trust[].maxCertificates and maxBytes leaves the last good file in place, said by
 // keyward_node_trust_bundle_over_limit; once it shrinks, the file follows.
 func TestNodeAgentTrustCapKeepsTheLastGoodFile(t *testing.T) {
 	ctx := testContext(t)
@@ -191,8 +192,8 @@ func TestNodeAgentTrustCapKeepsTheLastGoodFile(t *testing.T) {
 		t.Fatalf("over the cap the file holds %d bytes (%v), want the last good file", len(got), err)
 	}
 	log, _ := os.ReadFile(a.logPath)
-	if !strings.Contains(string(log), "maxCertificates") {
-		t.Errorf("the agent's log does not name the cap (maxCertificates):\n%s", log)
+	if n := strings.Count(string(log), "(maxBytes); keeping the last good trust file"); n != 1 {
+		t.Errorf("the agent's log names the cap %d times, want once (maxBytes: 1,000 certificates are over both caps, and the bytes are said):\n%s", n, log)
 	}
 
 	putBundle(t, ctx, extra, prefix+":extra", signer, "live", cas[2])
