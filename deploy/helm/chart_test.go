@@ -367,8 +367,13 @@ func TestMonitoringSelectsTheChartsMetricsEndpoints(t *testing.T) {
 	if !slices.ContainsFunc(pod.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9465 }) {
 		t.Error("the node agent has no container port metrics 9465")
 	}
-	if cfg, err := agent.Parse(configMapData(t, objs, "keyward-node-agent-config", "agent.yaml")); err != nil || cfg.MetricsAddress != ":9465" {
-		t.Errorf("with exposeMetrics the node agent's metricsAddress is %q (%v), want :9465 (the PodMonitor's port)", cfg.MetricsAddress, err)
+	t.Setenv("NODE_NAME", "worker-1") // the DaemonSet passes it
+	cfg, err := agent.Parse(configMapData(t, objs, "keyward-node-agent-config", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddress != ":9465" {
+		t.Errorf("with exposeMetrics the node agent's metricsAddress is %q, want :9465 (the PodMonitor's port)", cfg.MetricsAddress)
 	}
 }
 
@@ -391,6 +396,7 @@ func TestNodeAgentMetricsStayOnLoopbackByDefault(t *testing.T) {
 	if len(pod.Spec.Containers[0].Ports) != 0 {
 		t.Errorf("the node agent names ports %v, but listens on loopback only", pod.Spec.Containers[0].Ports)
 	}
+	t.Setenv("NODE_NAME", "worker-1")
 	cfg, err := agent.Parse(configMapData(t, objs, "keyward-node-agent-config", "agent.yaml"))
 	if err != nil {
 		t.Fatal(err)
