@@ -522,7 +522,7 @@ func waitTrustFile(t *testing.T, ctx context.Context, file, want string) time.Ti
 		return bytes.Equal(got, wantData), nil
 	})
 	if err != nil {
-		t.Fatalf("%s never held the expected certificates; holds %q", file, got)
+		t.Fatalf("%s never held the expected %d certificates; holds %d (%d bytes)", file, bytes.Count(wantData, []byte("-----BEGIN")), bytes.Count(got, []byte("-----BEGIN")), len(got))
 	}
 	return seen
 }

@@ -360,12 +360,49 @@ func TestMonitoringSelectsTheChartsMetricsEndpoints(t *testing.T) {
 		}
 	}
 	pmSel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
-	agent := podTemplates(t, objs)["keyward-node-agent"]
-	if agent == nil || !labelsMatch(pmSel, agent.Labels) {
+	pod := podTemplates(t, objs)["keyward-node-agent"]
+	if pod == nil || !labelsMatch(pmSel, pod.Labels) {
 		t.Fatalf("the PodMonitor's selector %v does not select the node agent's pods", pmSel)
 	}
-	if !slices.ContainsFunc(agent.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9465 }) {
+	if !slices.ContainsFunc(pod.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9465 }) {
 		t.Error("the node agent has no container port metrics 9465")
+	}
+	t.Setenv("NODE_NAME", "worker-1") // the DaemonSet passes it
+	cfg, err := agent.Parse(configMapData(t, objs, "keyward-node-agent-config", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddress != ":9465" {
+		t.Errorf("with exposeMetrics the node agent's metricsAddress is %q, want :9465 (the PodMonitor's port)", cfg.MetricsAddress)
+	}
+}
+
+// By default the node agent, which shares the host network, serves its
+// metrics on the node's loopback only: no port named, no PodMonitor, even
+// with the ServiceMonitor on.
+func TestNodeAgentMetricsStayOnLoopbackByDefault(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("metrics:\n  serviceMonitor:\n    enabled: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, mustTemplate(t, values))
+	if find(objs, "PodMonitor", "keyward-node-agent") != nil {
+		t.Error("a PodMonitor scrapes the node agent, whose metrics listen on loopback")
+	}
+	pod := podTemplates(t, objs)["keyward-node-agent"]
+	if pod == nil {
+		t.Fatal("no node agent DaemonSet")
+	}
+	if len(pod.Spec.Containers[0].Ports) != 0 {
+		t.Errorf("the node agent names ports %v, but listens on loopback only", pod.Spec.Containers[0].Ports)
+	}
+	t.Setenv("NODE_NAME", "worker-1")
+	cfg, err := agent.Parse(configMapData(t, objs, "keyward-node-agent-config", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddress != "127.0.0.1:9465" || cfg.HealthAddress != "127.0.0.1:9466" {
+		t.Errorf("metricsAddress %q healthAddress %q, want both on 127.0.0.1", cfg.MetricsAddress, cfg.HealthAddress)
 	}
 }
 

@@ -382,9 +382,22 @@ func TestConfigMapsLoadAndMatchThePods(t *testing.T) {
 						t.Errorf("%s: %s address %q: %v", c.workload, name, addr, err)
 						continue
 					}
-					if got := containerPort(main, name); got != "" && got != port {
+					// A metrics address the args override (the
+					// node-agent-metrics component's --metrics-address).
+					for _, a := range main.Args {
+						if v, ok := strings.CutPrefix(a, "--metrics-address="); ok && name == "metrics" {
+							addr = v
+							_, port, _ = net.SplitHostPort(v)
+						}
+					}
+					host, _, _ := net.SplitHostPort(addr)
+					loopback := host == "127.0.0.1" || host == "::1" || host == "localhost"
+					switch got := containerPort(main, name); {
+					case got != "" && got != port:
 						t.Errorf("%s: container port %s is %s, the configuration listens on %s", c.workload, name, got, port)
-					} else if got == "" && name == "metrics" {
+					case got != "" && loopback:
+						t.Errorf("%s: container port %s named, but the configuration listens on loopback (%s)", c.workload, name, addr)
+					case got == "" && name == "metrics" && !loopback:
 						t.Errorf("%s: no container port named metrics (the monitoring component scrapes it)", c.workload)
 					}
 				}

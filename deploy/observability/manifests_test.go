@@ -179,8 +179,8 @@ func TestMonitoringManifestsPassServerSideDryRun(t *testing.T) {
 		name     string
 		manifest []byte
 	}{
-		{"the kustomize component on its own", kustomizeBuild(t, nil, []string{"deploy/kustomize/components/monitoring"})},
-		{"the chart with every metrics option on", helmTemplate(t, "metrics.serviceMonitor.enabled=true",
+		{"the kustomize components on their own", kustomizeBuild(t, nil, []string{"deploy/kustomize/components/monitoring", "deploy/kustomize/components/node-agent-metrics"})},
+		{"the chart with every metrics option on", helmTemplate(t, "metrics.serviceMonitor.enabled=true", "nodeAgent.exposeMetrics=true",
 			"metrics.prometheusRule.enabled=true", "metrics.dashboard.enabled=true", "metrics.prometheusRule.labels.release=prom")},
 	}
 	for _, r := range rendered {

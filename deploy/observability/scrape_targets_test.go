@@ -38,10 +38,13 @@ func hasPort(ports []any, name string) bool {
 
 // The base with the monitoring component builds, and what it scrapes is
 // there to scrape: each metrics Service of SHIP.md (all in the base)
-// matches the ServiceMonitor and has a port named metrics, and the node
-// agent's pods match the PodMonitor and name their metrics port.
+// matches the ServiceMonitor and has a port named metrics, and, with the
+// opt-in node-agent-metrics component, the node agent's pods match the
+// PodMonitor and name their metrics port (which the agent then serves on
+// :9465; without the component it serves loopback only and nothing
+// scrapes it).
 func TestMonitoringComponentFitsTheBase(t *testing.T) {
-	objs := objects(t, kustomizeBuild(t, []string{"deploy/kustomize/base"}, []string{"deploy/kustomize/components/monitoring"}))
+	objs := objects(t, kustomizeBuild(t, []string{"deploy/kustomize/base"}, []string{"deploy/kustomize/components/monitoring", "deploy/kustomize/components/node-agent-metrics"}))
 	services := monitorSelector(t, objs, "ServiceMonitor")
 	pods := monitorSelector(t, objs, "PodMonitor")
 	metricsServices := map[string]bool{"keyward-signer-metrics": true, "keyward-approver-metrics": true, "keyward-token-service": true}

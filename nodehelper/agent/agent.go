@@ -233,6 +233,8 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 		o := trust.Options{
 			Name: t.ClusterTrustBundleName, SignerName: t.SignerName, LabelDomain: t.LabelDomain, Version: t.Version,
 			Dir: t.Dir, FileName: t.File, Mode: fileMode(t.Mode), UID: owner(t.UID), GID: owner(t.GID),
+			AdditionalBundleNames: t.AdditionalBundleNames, MaxCertificates: t.MaxCertificates, MaxBytes: t.MaxBytes,
+			OnChangeDebounce: t.OnChangeDebounce.Duration, Clock: a.clock,
 		}
 		if t.NodeLabel != "" {
 			o.NodeName, o.NodeLabel = cfg.NodeName, t.NodeLabel
@@ -248,6 +250,8 @@ func newAgent(opts Options, d deps) (*Agent, error) {
 		}
 		a.trusts = append(a.trusts, o)
 		a.metrics.trustWrites.WithLabelValues(t.Name)
+		a.metrics.trustOverLimit.WithLabelValues(t.Name)
+		a.metrics.trustIgnored.WithLabelValues(t.Name)
 	}
 	return a, nil
 }
@@ -453,6 +457,12 @@ func (a *Agent) runTrust(ctx context.Context, name string, opts trust.Options) {
 			a.metrics.trustWrites.WithLabelValues(name).Inc()
 			a.metrics.trustUpdated.WithLabelValues(name).Set(float64(a.clock.Now().Unix()))
 		}
+		over := 0.0
+		if o.OverLimit != "" {
+			over = 1
+		}
+		a.metrics.trustOverLimit.WithLabelValues(name).Set(over)
+		a.metrics.trustIgnored.WithLabelValues(name).Set(float64(len(o.Ignored)))
 		if o.Data != nil {
 			a.metrics.trustCerts.WithLabelValues(name).Set(float64(bytes.Count(o.Data, []byte("-----BEGIN CERTIFICATE-----"))))
 		}

@@ -181,6 +181,19 @@ type Trust struct {
 	// LabelDomain is the domain of the <domain>/cluster-trust-bundle-version
 	// label (default keyward.dev).
 	LabelDomain string `json:"labelDomain,omitempty"`
+	// AdditionalBundleNames, with SignerName, are ClusterTrustBundle
+	// names merged besides keyward's own <signer>:<version> (signer name
+	// with / as :). Anyone with attest on the signer name can create a
+	// bundle under its prefix; by default only keyward's is merged and the
+	// others are ignored (keyward_node_trust_bundles_ignored).
+	AdditionalBundleNames []string `json:"additionalBundleNames,omitempty"`
+	// MaxCertificates caps the trust file's certificates (default 64);
+	// over it the last good file stays, the agent says so once and sets
+	// keyward_node_trust_bundle_over_limit.
+	MaxCertificates int `json:"maxCertificates,omitempty"`
+	// MaxBytes caps the trust file's size (default 131072), as
+	// MaxCertificates.
+	MaxBytes int `json:"maxBytes,omitempty"`
 	// Dir is the directory the trust file is written to, atomically.
 	Dir string `json:"dir"`
 	// File is the trust file in Dir (default ca-bundle.pem).
@@ -196,6 +209,11 @@ type Trust struct {
 	OnChange []string `json:"onChange,omitempty"`
 	// OnChangeTimeout bounds OnChange (default 30s).
 	OnChangeTimeout metav1.Duration `json:"onChangeTimeout,omitempty"`
+	// OnChangeDebounce (default 10s) is how long after a change OnChange
+	// runs, once, for the file as it is then: changes within that time
+	// are folded into that run, so runs are at least this far apart. Keep
+	// it well below the Authority's propagation window.
+	OnChangeDebounce metav1.Duration `json:"onChangeDebounce,omitempty"`
 }
 
 // Load reads, decodes (strictly), defaults and validates the file at path.
@@ -287,6 +305,15 @@ func (c *Configuration) Default() {
 		}
 		if t.OnChangeTimeout.Duration == 0 {
 			t.OnChangeTimeout.Duration = trust.DefaultHookTimeout
+		}
+		if t.OnChangeDebounce.Duration == 0 {
+			t.OnChangeDebounce.Duration = trust.DefaultHookDebounce
+		}
+		if t.MaxCertificates == 0 {
+			t.MaxCertificates = trust.DefaultMaxCertificates
+		}
+		if t.MaxBytes == 0 {
+			t.MaxBytes = trust.DefaultMaxBytes
 		}
 	}
 }
@@ -485,6 +512,24 @@ func (c *Configuration) Validate() error {
 		}
 		if t.OnChangeTimeout.Duration < 0 {
 			errs = append(errs, field.Invalid(p.Child("onChangeTimeout"), t.OnChangeTimeout.String(), "must be positive"))
+		}
+		if t.OnChangeDebounce.Duration < 0 {
+			errs = append(errs, field.Invalid(p.Child("onChangeDebounce"), t.OnChangeDebounce.String(), "must be positive"))
+		}
+		if t.MaxCertificates < 0 {
+			errs = append(errs, field.Invalid(p.Child("maxCertificates"), t.MaxCertificates, "must be positive"))
+		}
+		if t.MaxBytes < 0 {
+			errs = append(errs, field.Invalid(p.Child("maxBytes"), t.MaxBytes, "must be positive"))
+		}
+		prefix := trust.BundlePrefix(t.SignerName)
+		for j, n := range t.AdditionalBundleNames {
+			switch {
+			case t.SignerName == "":
+				errs = append(errs, field.Forbidden(p.Child("additionalBundleNames"), "applies only with signerName"))
+			case !strings.HasPrefix(n, prefix) || n == prefix:
+				errs = append(errs, field.Invalid(p.Child("additionalBundleNames").Index(j), n, "must start with "+prefix+" (the apiserver admits no other name for the signer's bundles)"))
+			}
 		}
 	}
 	return errs.ToAggregate()

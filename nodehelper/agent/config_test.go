@@ -123,6 +123,9 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a trust file writing a credential's directory", "dir: /etc/keyward/registry", "dir: /run/keyward/b", "trust[0].dir"},
 		{"a trust file name starting with dots", "dir: /etc/keyward/registry", "dir: /etc/keyward/registry\n  file: ..data", "trust[0].file"},
 		{"an empty hook argument", "onChange: [systemctl, reload, containerd]", "onChange: [systemctl, '']", "trust[0].onChange[1]"},
+		{"an additional bundle name outside the signer's prefix", "onChange: [systemctl, reload, containerd]", "onChange: [systemctl, reload, containerd]\n  additionalBundleNames: [other:attacker]", "trust[0].additionalBundleNames[0]"},
+		{"a negative certificate cap", "onChange: [systemctl, reload, containerd]", "onChange: [systemctl, reload, containerd]\n  maxCertificates: -1", "trust[0].maxCertificates"},
+		{"a negative hook debounce", "onChange: [systemctl, reload, containerd]", "onChange: [systemctl, reload, containerd]\n  onChangeDebounce: -1s", "trust[0].onChangeDebounce"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,6 +30,9 @@ type metrics struct {
 	trustWrites  *prometheus.CounterVec
 	trustUpdated *prometheus.GaugeVec
 	trustCerts   *prometheus.GaugeVec
+	// trustOverLimit and trustIgnored: see newMetrics.
+	trustOverLimit *prometheus.GaugeVec
+	trustIgnored   *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -59,6 +62,14 @@ func newMetrics() *metrics {
 			Namespace: "keyward_node", Name: "trust_bundle_certificates",
 			Help: "Certificates in the trust file.",
 		}, []string{"trust"}),
+		trustOverLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyward_node", Name: "trust_bundle_over_limit",
+			Help: "1 while the selected bundles exceed maxCertificates or maxBytes (the last good trust file stays).",
+		}, []string{"trust"}),
+		trustIgnored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "keyward_node", Name: "trust_bundles_ignored",
+			Help: "ClusterTrustBundles of the signer and version left out because their name is neither keyward's nor in additionalBundleNames.",
+		}, []string{"trust"}),
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(m.collectors()...)
@@ -66,7 +77,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.expiration, m.renewals, m.renewErrors, m.trustWrites, m.trustUpdated, m.trustCerts}
+	return []prometheus.Collector{m.expiration, m.renewals, m.renewErrors, m.trustWrites, m.trustUpdated, m.trustCerts, m.trustOverLimit, m.trustIgnored}
 }
 
 // expiredGauge is keyward_node_credential_expired{credential}: expired

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -36,6 +37,14 @@ const (
 	DefaultLabelDomain = "keyward.dev"
 	DefaultMode        = os.FileMode(0o644)
 	DefaultHookTimeout = 30 * time.Second
+	// DefaultMaxCertificates and DefaultMaxBytes cap the trust file: a
+	// signer's canary and live roots during a rotation are a handful of
+	// certificates and a few KiB.
+	DefaultMaxCertificates = 64
+	DefaultMaxBytes        = 128 << 10
+	// DefaultHookDebounce is how long after a change the change hook
+	// runs; changes in that time are folded into the one run.
+	DefaultHookDebounce = 10 * time.Second
 )
 
 // Options configure a Projector. Either Name, or SignerName (with Version
@@ -58,6 +67,16 @@ type Options struct {
 	// NodeName and NodeLabel: the label on this Node that chooses the
 	// version. Both or neither.
 	NodeName, NodeLabel string
+	// AdditionalBundleNames, with SignerName, are bundle names merged
+	// besides keyward's own <signer>:<version> (the signer name with / as
+	// :), each still with the signer name and version label. Anyone with
+	// attest on the signer name may write a bundle under its prefix: by
+	// default every other name is ignored (and reported in Outcome.Ignored).
+	AdditionalBundleNames []string
+	// MaxCertificates (DefaultMaxCertificates) and MaxBytes
+	// (DefaultMaxBytes) cap the merged trust file; over a cap the last good
+	// file stays and Outcome.OverLimit says why.
+	MaxCertificates, MaxBytes int
 
 	// Dir is written with atomicdir.Write; FileName (DefaultFileName) is
 	// the trust file in it, with Mode (DefaultMode) and owner UID/GID
@@ -72,6 +91,15 @@ type Options struct {
 	// Run's (a stopped projector lets it finish), so it must bound itself,
 	// as CommandHook does.
 	OnChange func(ctx context.Context) error
+	// OnChangeDebounce (DefaultHookDebounce) is how long after the first
+	// change the hook has not run for it runs, once, for the file as it is
+	// then: changes within that time are folded into that run, so runs are
+	// at least that far apart and the last change is never left without
+	// one. A projector that stops with a run due runs the hook before Run
+	// returns.
+	OnChangeDebounce time.Duration
+	// Clock times the hook's debounce; nil is the real clock.
+	Clock clock.WithTicker
 	// Synced, if set, is told the outcome of each pass (tests).
 	Synced func(Outcome)
 }
@@ -85,6 +113,12 @@ type Outcome struct {
 	// Written: the file was (re)written with Data.
 	Written bool
 	Data    []byte
+	// OverLimit, if set, says which cap the merged selection broke; the
+	// file was kept.
+	OverLimit string
+	// Ignored are bundles of the signer with the version label whose
+	// name is neither keyward's nor an additional name.
+	Ignored []string
 }
 
 // Projector keeps a trust file equal to the merge of the selected
@@ -98,6 +132,8 @@ type Projector struct {
 	mu        sync.Mutex
 	last      []byte // the content last written or found on disk
 	problem   string // the condition last said at default verbosity
+	ignored   string // the ignored bundles last said at default verbosity
+	hookDue   bool   // a written change waits for its hook run
 	ctbStore  cache.Store
 	nodeStore cache.Store
 }
@@ -140,6 +176,30 @@ func New(opts Options) (*Projector, error) {
 	if opts.Mode == 0 {
 		opts.Mode = DefaultMode
 	}
+	prefix := BundlePrefix(opts.SignerName)
+	for _, n := range opts.AdditionalBundleNames {
+		switch {
+		case opts.SignerName == "":
+			errs = append(errs, "additional bundle names apply only with a signer name")
+		case !strings.HasPrefix(n, prefix) || len(n) == len(prefix):
+			errs = append(errs, fmt.Sprintf("additional bundle name %q must start with %q (the apiserver admits no other name for the signer's bundles)", n, prefix))
+		}
+	}
+	if opts.MaxCertificates < 0 || opts.MaxBytes < 0 || opts.OnChangeDebounce < 0 {
+		errs = append(errs, "maxCertificates, maxBytes and the hook debounce must not be negative")
+	}
+	if opts.MaxCertificates == 0 {
+		opts.MaxCertificates = DefaultMaxCertificates
+	}
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.OnChangeDebounce == 0 {
+		opts.OnChangeDebounce = DefaultHookDebounce
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(errs, "; "))
 	}
@@ -167,6 +227,10 @@ func (p *Projector) Run(ctx context.Context) error {
 	if data, err := os.ReadFile(filepath.Join(p.opts.Dir, p.opts.FileName)); err == nil && len(data) > 0 {
 		p.last = data
 	}
+
+	// A change written but not yet hooked is not left behind: the hook
+	// runs now (after the informers stopped).
+	defer p.runHook(ctx)
 
 	ctbInformer := cache.NewSharedIndexInformer(p.ctbListWatch(), &certv1.ClusterTrustBundle{}, 0, cache.Indexers{})
 	p.ctbStore = ctbInformer.GetStore()
@@ -201,22 +265,52 @@ func (p *Projector) Run(ctx context.Context) error {
 	const minBackoff, maxBackoff = time.Second, 30 * time.Second
 	backoff := minBackoff
 	var retry <-chan time.Time
+	var hookTimer clock.Timer
+	var hookC <-chan time.Time
+	defer func() {
+		if hookTimer != nil {
+			hookTimer.Stop()
+		}
+	}()
 	p.kick()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-hookC:
+			hookC, hookTimer = nil, nil
+			p.runHook(ctx)
+			continue
 		case <-p.trigger:
 		case <-retry:
 		}
 		retry = nil
-		if err := p.sync(ctx); err != nil {
+		err := p.sync(ctx)
+		if p.hookDue && hookC == nil {
+			hookTimer = p.opts.Clock.NewTimer(p.opts.OnChangeDebounce)
+			hookC = hookTimer.C()
+		}
+		if err != nil {
 			p.say(ctx, err.Error(), "keeping the last good trust file", "retryIn", backoff)
 			retry = time.After(backoff)
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
 		backoff = minBackoff
+	}
+}
+
+// runHook runs OnChange if a written change waits for it. The file is
+// written: a hook cut short by the end of ctx would never run again (the
+// next run finds the file unchanged), so it runs to its end, bounded by its
+// own timeout.
+func (p *Projector) runHook(ctx context.Context) {
+	if !p.hookDue {
+		return
+	}
+	p.hookDue = false
+	if err := p.opts.OnChange(context.WithoutCancel(ctx)); err != nil {
+		klog.FromContext(ctx).Error(err, "Trust file change hook failed; the file stays")
 	}
 }
 
@@ -267,14 +361,34 @@ func (p *Projector) version(ctx context.Context) string {
 	return p.opts.Version
 }
 
-// selected returns the selected bundles' names and PEM, ordered by name.
-func (p *Projector) selected(version string) (names []string, pems [][]byte) {
+// BundlePrefix is what every ClusterTrustBundle name of signerName starts
+// with: the signer name with / as :, then :.
+func BundlePrefix(signerName string) string {
+	return strings.ReplaceAll(signerName, "/", ":") + ":"
+}
+
+// BundleName is keyward's ClusterTrustBundle of signerName and version
+// (canary or live), as the trust publisher names it.
+func BundleName(signerName, version string) string {
+	return BundlePrefix(signerName) + version
+}
+
+// selected returns the selected bundles' names and PEM, ordered by name,
+// and the names of the signer's bundles with the version label that were
+// left out for their name.
+func (p *Projector) selected(version string) (names []string, pems [][]byte, ignored []string) {
 	key := v1alpha1.BundleVersionLabel(p.opts.LabelDomain)
 	var ctbs []*certv1.ClusterTrustBundle
 	for _, obj := range p.ctbStore.List() {
 		ctb := obj.(*certv1.ClusterTrustBundle)
-		if p.opts.Name == "" && (ctb.Spec.SignerName != p.opts.SignerName || ctb.Labels[key] != version) {
-			continue
+		if p.opts.Name == "" {
+			if ctb.Spec.SignerName != p.opts.SignerName || ctb.Labels[key] != version {
+				continue
+			}
+			if ctb.Name != BundleName(p.opts.SignerName, version) && !slices.Contains(p.opts.AdditionalBundleNames, ctb.Name) {
+				ignored = append(ignored, ctb.Name)
+				continue
+			}
 		}
 		ctbs = append(ctbs, ctb)
 	}
@@ -283,7 +397,28 @@ func (p *Projector) selected(version string) (names []string, pems [][]byte) {
 		names = append(names, ctb.Name)
 		pems = append(pems, []byte(ctb.Spec.TrustBundle))
 	}
-	return names, pems
+	slices.Sort(ignored)
+	return names, pems, ignored
+}
+
+// sayIgnored logs the ignored bundles at default verbosity when they
+// changed.
+func (p *Projector) sayIgnored(ctx context.Context, version string, ignored []string) {
+	s := strings.Join(ignored, ",")
+	p.mu.Lock()
+	changed := p.ignored != s
+	p.ignored = s
+	p.mu.Unlock()
+	if !changed {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if len(ignored) == 0 {
+		logger.V(2).Info("No ClusterTrustBundle of the signer is ignored any more", "signerName", p.opts.SignerName)
+		return
+	}
+	logger.Info("Ignoring ClusterTrustBundles of the signer that are not keyward's; name them in additionalBundleNames to merge them",
+		"signerName", p.opts.SignerName, "version", version, "merged", BundleName(p.opts.SignerName, version), "ignored", ignored)
 }
 
 // sync writes the merged selection if it differs from the file. An empty
@@ -294,7 +429,10 @@ func (p *Projector) sync(ctx context.Context) error {
 	if p.opts.Name == "" {
 		version = p.version(ctx)
 	}
-	names, pems := p.selected(version)
+	names, pems, ignored := p.selected(version)
+	if p.opts.Name == "" {
+		p.sayIgnored(ctx, version, ignored)
+	}
 	data := Merge(pems...)
 	if data == nil {
 		what := fmt.Sprintf("ClusterTrustBundle %s", p.opts.Name)
@@ -302,12 +440,22 @@ func (p *Projector) sync(ctx context.Context) error {
 			what = fmt.Sprintf("ClusterTrustBundles of signer %s with version %s", p.opts.SignerName, version)
 		}
 		p.say(ctx, fmt.Sprintf("No certificate in the selected %s", what), "keeping the last good trust file", "bundles", names)
-		p.observe(Outcome{Version: version, Empty: true})
+		p.observe(Outcome{Version: version, Empty: true, Ignored: ignored})
+		return nil
+	}
+	if n := bytes.Count(data, []byte("-----BEGIN CERTIFICATE-----")); n > p.opts.MaxCertificates || len(data) > p.opts.MaxBytes {
+		limit := fmt.Sprintf("the cap of %d certificates (maxCertificates)", p.opts.MaxCertificates)
+		if len(data) > p.opts.MaxBytes {
+			limit = fmt.Sprintf("the cap of %d bytes (maxBytes)", p.opts.MaxBytes)
+		}
+		problem := fmt.Sprintf("The selected ClusterTrustBundles %v hold %d certificates (%d bytes), over %s", names, n, len(data), limit)
+		p.say(ctx, problem, "keeping the last good trust file")
+		p.observe(Outcome{Version: version, OverLimit: problem, Ignored: ignored})
 		return nil
 	}
 	if bytes.Equal(data, p.last) {
 		p.recovered(ctx)
-		p.observe(Outcome{Version: version, Data: data})
+		p.observe(Outcome{Version: version, Data: data, Ignored: ignored})
 		return nil
 	}
 	err := atomicdir.Write(p.opts.Dir, map[string]atomicdir.File{p.opts.FileName: {Data: data, Mode: p.opts.Mode}}, atomicdir.Options{UID: p.opts.UID, GID: p.opts.GID})
@@ -318,14 +466,9 @@ func (p *Projector) sync(ctx context.Context) error {
 	p.recovered(ctx)
 	logger.Info("Trust file written", "path", filepath.Join(p.opts.Dir, p.opts.FileName), "version", version, "bundles", names, "certificates", bytes.Count(data, []byte("-----BEGIN")))
 	if p.opts.OnChange != nil {
-		// The file is written: a hook cut short by the end of ctx would
-		// never run again (the next run finds the file unchanged), so it
-		// runs to its end, bounded by its own timeout.
-		if err := p.opts.OnChange(context.WithoutCancel(ctx)); err != nil {
-			logger.Error(err, "Trust file change hook failed; the file stays")
-		}
+		p.hookDue = true // run by Run after OnChangeDebounce
 	}
-	p.observe(Outcome{Version: version, Written: true, Data: data})
+	p.observe(Outcome{Version: version, Written: true, Data: data, Ignored: ignored})
 	return nil
 }
 

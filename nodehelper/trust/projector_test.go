@@ -51,6 +51,7 @@ func runProjector(t *testing.T, opts Options) (cancel func(), wait func() error)
 func TestStoppingTheProjectorLetsARunningHookFinish(t *testing.T) {
 	started, release := make(chan context.Context), make(chan struct{})
 	cancel, wait := runProjector(t, Options{Client: fakeClient(t), Name: "registry-ca", Dir: filepath.Join(t.TempDir(), "trust"),
+		OnChangeDebounce: time.Millisecond,
 		OnChange: func(ctx context.Context) error {
 			started <- ctx
 			<-release

@@ -207,7 +207,8 @@ type Signer struct {
 	// UnverifiedUserAnnotations are the annotation keys this signer reads;
 	// a request carrying any other key is Denied.
 	UnverifiedUserAnnotations []string `json:"unverifiedUserAnnotations,omitempty"`
-	// RateLimits bound issuance per node and per namespace (default: none).
+	// RateLimits bound issuance per node and per namespace (default: a
+	// per-node bucket of 5/s, burst 110, in delay mode).
 	RateLimits RateLimits `json:"rateLimits,omitempty"`
 	// CSR states and bounds what a custom CertificateSigningRequest signer
 	// name issues (profile csr): KEP-1513's signer properties.
@@ -304,11 +305,16 @@ type Server struct {
 // RateLimits bound issuance per node and per namespace.
 type RateLimits struct {
 	// PerNode is a token bucket per requesting node (spec.nodeName).
+	// Default (when onLimit is delay): qps 5, burst 110 (kubelet's default
+	// maxPods, so a node starting full gets its certificates at once), so
+	// one node cannot take the signer (or a cloud KMS's signing quota)
+	// from the others. Size it in docs/signer.md.
 	PerNode *Rate `json:"perNode,omitempty"`
 	// PerNamespace is a token bucket per namespace.
 	PerNamespace *Rate `json:"perNamespace,omitempty"`
 	// OnLimit is "delay" (default: requeue until a token is free) or "deny"
-	// (Denied with reason RateLimited).
+	// (Denied with reason RateLimited: kubelet treats Denied as permanent
+	// and the pod never starts). With deny, perNode has no default.
 	OnLimit string `json:"onLimit,omitempty"`
 }
 
@@ -322,7 +328,11 @@ type Rate struct {
 
 // Defaults applied by Load.
 const (
-	DefaultWorkers      = 4
+	DefaultWorkers = 4
+	// DefaultPerNodeQPS and DefaultPerNodeBurst are rateLimits.perNode
+	// when the configuration is silent (and onLimit is delay).
+	DefaultPerNodeQPS   = 5
+	DefaultPerNodeBurst = 110
 	DefaultRefreshPoint = 0.5
 	DefaultBackdate     = 2 * time.Minute
 	DefaultMaxLifetime  = 24 * time.Hour
@@ -421,6 +431,11 @@ func (c *SignerConfiguration) Default() {
 		}
 		if s.RateLimits.OnLimit == "" {
 			s.RateLimits.OnLimit = "delay"
+		}
+		// The default bucket only ever delays: a Denied PCR is permanent
+		// for kubelet.
+		if s.RateLimits.PerNode == nil && s.RateLimits.OnLimit == "delay" {
+			s.RateLimits.PerNode = &Rate{QPS: DefaultPerNodeQPS, Burst: DefaultPerNodeBurst}
 		}
 	}
 }

@@ -190,3 +190,24 @@ func TestWorkersFor(t *testing.T) {
 		}
 	}
 }
+
+// A configuration silent on rate limits still bounds each node: the
+// default per-node bucket, in delay mode (a Denied PCR is permanent for
+// kubelet). An explicit bucket or deny mode is taken as written.
+func TestDefaultPerNodeRateLimit(t *testing.T) {
+	cfg, err := config.Load("testdata/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := cfg.Signers[1]
+	if r := silent.RateLimits; r.PerNode == nil || r.PerNode.QPS != config.DefaultPerNodeQPS || r.PerNode.Burst != config.DefaultPerNodeBurst || r.OnLimit != "delay" {
+		t.Errorf("signer %s, silent on rateLimits: perNode %+v onLimit %q, want the default bucket in delay mode", silent.Name, r.PerNode, r.OnLimit)
+	}
+	if r := silent.RateLimits; r.PerNamespace != nil {
+		t.Errorf("perNamespace %+v, want none by default", r.PerNamespace)
+	}
+	explicit := cfg.Signers[2]
+	if r := explicit.RateLimits; r.PerNode == nil || r.PerNode.QPS != 10 || r.PerNode.Burst != 20 || r.OnLimit != "deny" {
+		t.Errorf("signer %s: perNode %+v onLimit %q, want the configured 10/s, burst 20, deny", explicit.Name, r.PerNode, r.OnLimit)
+	}
+}

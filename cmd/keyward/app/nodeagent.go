@@ -13,7 +13,7 @@ import (
 
 // newNodeAgentCommand is `keyward node agent --config FILE`.
 func newNodeAgentCommand() *cobra.Command {
-	var configFile string
+	var configFile, metricsAddress string
 	cmd := &cobra.Command{
 		Use:   "agent --config FILE",
 		Short: "Keep node-daemon credentials (CSRs, crash-safe rotation) and trust files current on this node",
@@ -27,7 +27,8 @@ kubelet's), or with bootstrap first obtains a node identity with a bootstrap tok
 or else uses its in-cluster service account. Its state (keys, pairs, pending CSRs, a lock:
 one agent per directory) is in stateDir, default /var/lib/keyward-node.
 
-Serves /metrics (default 127.0.0.1:9465) and /healthz and /readyz (default 127.0.0.1:9466):
+Serves /metrics (default 127.0.0.1:9465, loopback: the DaemonSet shares the host network; --metrics-address or
+metricsAddress widens it) and /healthz and /readyz (default 127.0.0.1:9466):
 /healthz fails while a credential is expired or still missing after its first try, /readyz
 until every credential's files are written. A configuration error, a kubeconfig that does not
 load or a directory it cannot use or make stops it at start with exit status 1 and the field's name;
@@ -45,6 +46,9 @@ See docs/node-helper.md (files, metrics, what each message means) and docs/node-
 			if err != nil {
 				return err
 			}
+			if metricsAddress != "" {
+				cfg.MetricsAddress = metricsAddress
+			}
 			a, err := agent.New(agent.Options{Config: cfg})
 			if err != nil {
 				return err
@@ -56,5 +60,6 @@ See docs/node-helper.md (files, metrics, what each message means) and docs/node-
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "NodeAgentConfiguration file (required)")
+	cmd.Flags().StringVar(&metricsAddress, "metrics-address", "", "overrides the configuration's metricsAddress (e.g. :9465 to let Prometheus scrape the node; unauthenticated)")
 	return cmd
 }

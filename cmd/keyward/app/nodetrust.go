@@ -29,6 +29,10 @@ type nodeTrustOptions struct {
 	uid, gid    int
 	onChange    string
 	hookTimeout time.Duration
+	debounce    time.Duration
+	additional  []string
+	maxCerts    int
+	maxBytes    int
 }
 
 // errNodeTrustFlags is matched by flag errors of keyward node trust.
@@ -50,8 +54,12 @@ kubelet's ..data symlink scheme), merged, without PEM headers or text between bl
 each certificate once, in a stable order; rewrites it within seconds of a change (watch).
 Select one bundle by --name, or a signer's bundles by --signer-name and the version label
 <label-domain>/cluster-trust-bundle-version=canary|live: --version, or the value (canary or
-live) of --node-label on this Node (--node, default $NODE_NAME). On errors or an empty
-selection the last good file stays; an empty file is never written.`,
+live) of --node-label on this Node (--node, default $NODE_NAME). Only keyward's own bundle,
+<signer name with / as :>:<version>, is merged, and any --additional-bundle-name: anyone with
+attest on the signer name can create other bundles under its prefix. On errors, an empty
+selection or one over --max-certificates or --max-bytes the last good file stays; an empty
+file is never written. --on-change runs once, --on-change-debounce after a change, for the
+file as it is then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.kube.restConfig()
@@ -90,6 +98,10 @@ selection the last good file stays; an empty file is never written.`,
 	f.IntVar(&o.gid, "gid", -1, "trust file owner gid (-1: unchanged)")
 	f.StringVar(&o.onChange, "on-change", "", "command run after the file changed, arguments separated by spaces, no shell (e.g. \"systemctl reload containerd\"); its failure is logged")
 	f.DurationVar(&o.hookTimeout, "on-change-timeout", trust.DefaultHookTimeout, "the --on-change command is killed after this long")
+	f.DurationVar(&o.debounce, "on-change-debounce", trust.DefaultHookDebounce, "--on-change runs this long after a change, once for every change in that time")
+	f.StringSliceVar(&o.additional, "additional-bundle-name", nil, "with --signer-name, a further ClusterTrustBundle name to merge besides keyward's <signer>:<version> (repeatable)")
+	f.IntVar(&o.maxCerts, "max-certificates", trust.DefaultMaxCertificates, "most certificates the trust file may hold; over it the last good file stays")
+	f.IntVar(&o.maxBytes, "max-bytes", trust.DefaultMaxBytes, "largest trust file in bytes; over it the last good file stays")
 	return cmd
 }
 
@@ -101,6 +113,12 @@ func (o *nodeTrustOptions) projectorOptions(cs kubernetes.Interface) (trust.Opti
 	}
 	if o.hookTimeout <= 0 {
 		return trust.Options{}, fmt.Errorf("%w: --on-change-timeout must be positive", errNodeTrustFlags)
+	}
+	if o.debounce <= 0 {
+		return trust.Options{}, fmt.Errorf("%w: --on-change-debounce must be positive", errNodeTrustFlags)
+	}
+	if o.maxCerts <= 0 || o.maxBytes <= 0 {
+		return trust.Options{}, fmt.Errorf("%w: --max-certificates and --max-bytes must be positive", errNodeTrustFlags)
 	}
 	node := o.node
 	if node == "" && o.nodeLabel != "" {
@@ -122,6 +140,11 @@ func (o *nodeTrustOptions) projectorOptions(cs kubernetes.Interface) (trust.Opti
 		Mode:        os.FileMode(mode),
 		UID:         o.uid,
 		GID:         o.gid,
+
+		AdditionalBundleNames: o.additional,
+		MaxCertificates:       o.maxCerts,
+		MaxBytes:              o.maxBytes,
+		OnChangeDebounce:      o.debounce,
 	}
 	if argv := strings.Fields(o.onChange); len(argv) > 0 {
 		opts.OnChange = trust.CommandHook(argv, o.hookTimeout)

@@ -56,7 +56,7 @@ func TestNodeTrustCommandProjectsAndRunsHook(t *testing.T) {
 	out, marker := filepath.Join(dir, "trust"), filepath.Join(dir, "hook-ran")
 
 	cmd := newNodeTrustCommand()
-	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--signer-name", signer, "--dir", out, "--mode", "0640", "--on-change", "touch " + marker})
+	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--signer-name", signer, "--dir", out, "--mode", "0640", "--on-change", "touch " + marker, "--on-change-debounce", "100ms"})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(runCtx) }()

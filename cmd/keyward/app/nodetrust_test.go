@@ -62,6 +62,17 @@ func TestNodeTrustFlags(t *testing.T) {
 		{name: "a node label without a node name or $NODE_NAME is refused", args: []string{"--signer-name", "s", "--node-label", "k", "--dir", "/d"}, wantErr: errNodeTrustFlags},
 		{name: "a mode that is not octal is refused", args: []string{"--name", "b", "--dir", "/d", "--mode", "644x"}, wantErr: errNodeTrustFlags},
 		{name: "a mode beyond 0777 is refused", args: []string{"--name", "b", "--dir", "/d", "--mode", "01777"}, wantErr: errNodeTrustFlags},
+		{
+			name: "bundle names, caps and the hook debounce are passed through",
+			args: []string{"--signer-name", "keyward.dev/x", "--dir", "/d", "--additional-bundle-name", "keyward.dev:x:extra", "--max-certificates", "5", "--max-bytes", "4096", "--on-change-debounce", "1m"},
+			check: func(t *testing.T, o trust.Options) {
+				if len(o.AdditionalBundleNames) != 1 || o.AdditionalBundleNames[0] != "keyward.dev:x:extra" || o.MaxCertificates != 5 || o.MaxBytes != 4096 || o.OnChangeDebounce.String() != "1m0s" {
+					t.Fatalf("got names %v, caps %d/%d, debounce %v", o.AdditionalBundleNames, o.MaxCertificates, o.MaxBytes, o.OnChangeDebounce)
+				}
+			},
+		},
+		{name: "a hook debounce of zero is refused", args: []string{"--name", "b", "--dir", "/d", "--on-change-debounce", "0s"}, wantErr: errNodeTrustFlags},
+		{name: "a certificate cap of zero is refused", args: []string{"--name", "b", "--dir", "/d", "--max-certificates", "0"}, wantErr: errNodeTrustFlags},
 		{name: "a hook timeout of zero is refused", args: []string{"--name", "b", "--dir", "/d", "--on-change-timeout", "0s"}, wantErr: errNodeTrustFlags},
 	}
 	for _, tc := range tests {

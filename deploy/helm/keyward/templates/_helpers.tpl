@@ -144,7 +144,7 @@ kind: TokenServiceConfiguration
 {{/* The NodeAgentConfiguration. */}}
 {{- define "keyward.nodeAgentConfig" -}}
 {{- $cfg := deepCopy .Values.nodeAgent.config -}}
-{{- $_ := set $cfg "metricsAddress" ":9465" -}}
+{{- $_ := set $cfg "metricsAddress" (ternary ":9465" "127.0.0.1:9465" .Values.nodeAgent.exposeMetrics) -}}
 {{- $_ = set $cfg "healthAddress" "127.0.0.1:9466" -}}
 apiVersion: keyward.dev/v1alpha1
 kind: NodeAgentConfiguration
