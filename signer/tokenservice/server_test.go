@@ -48,7 +48,7 @@ type fakeReviewer struct {
 	calls   atomic.Int32
 }
 
-func (f *fakeReviewer) Review(_ context.Context, token string) (*Review, error) {
+func (f *fakeReviewer) Review(_ context.Context, token string, _ ReviewRequest) (*Review, error) {
 	f.calls.Add(1)
 	if rv, ok := f.reviews[token]; ok {
 		return rv, nil
@@ -736,9 +736,20 @@ func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
 			t.Fatalf("status %d, want 401 (the apiserver refuses the token)", code)
 		}
 	}
-	lines := logged()
+	var lines, refusals []string
+	for _, l := range logged() {
+		if strings.Contains(l, "Registry token refused") {
+			refusals = append(refusals, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) != 2 || !strings.Contains(lines[0], "Cannot validate service-account tokens") || !strings.Contains(lines[1], "work again") {
 		t.Errorf("logged %d lines, want the outage once and the recovery once:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	// The two refusals: the first audited, the second summed.
+	if len(refusals) != 1 {
+		t.Errorf("logged %d refusal lines for two refusals from one client, want one:\n%s", len(refusals), strings.Join(refusals, "\n"))
 	}
 }
 
