@@ -239,6 +239,8 @@ func tokenServiceRules(t *TokenServiceInput) []rule {
 		r("Read the Authority of its signer name (the key that mints tokens).", l(keyward), l("authorities"), nil, l("get", "list", "watch")),
 		r("Keep the key's reservation in the Authority's status while leading.", l(keyward), l("authorities/status"), nil, l("patch")),
 		r("Events on its Authority.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
+		{why: "Read the service-account issuer's public keys (OIDC discovery, as the built-in system:service-account-issuer-discovery role) to refuse forged tokens before any TokenReview.",
+			PolicyRule: rbacv1.PolicyRule{NonResourceURLs: l("/.well-known/openid-configuration", "/openid/v1/jwks"), Verbs: l("get")}},
 	}
 	if t.TrustPublisher {
 		rules = append(rules,
