@@ -892,6 +892,8 @@ type inProcessTokenService struct {
 	// logTail, if positive, is how many of the log's last lines a failed
 	// test shows; otherwise it shows the whole log.
 	logTail int
+	// ready, if set, is told the listeners' addresses and the log file.
+	ready func(listen, metrics, health, logPath string)
 }
 
 // runTokenService runs the token service in this process with cfg and
@@ -915,7 +917,12 @@ func runTokenService(tb testing.TB, cfg *tsconfig.TokenServiceConfiguration, opt
 	go func() {
 		done <- tokenservice.Run(ctx, tokenservice.Options{Config: cfg, Backends: reg, Identity: how.identity,
 			AlsoLead: how.alsoLead,
-			Ready:    func(listen, _, _ string) { addrs <- listen }})
+			Ready: func(listen, metrics, health string) {
+				if how.ready != nil {
+					how.ready(listen, metrics, health, logPath)
+				}
+				addrs <- listen
+			}})
 	}()
 	tb.Cleanup(func() {
 		cancel()

@@ -118,7 +118,7 @@ func TestTheTokenReviewerChecksRealServiceAccountTokens(t *testing.T) {
 
 	t.Run("a pod-bound token for the audience is accepted with the pod's identity and the service account's annotations", func(t *testing.T) {
 		tok := saToken(t, ctx, w, registryAudience, false)
-		rv, err := reviewer.Review(ctx, tok)
+		rv, err := reviewer.Review(ctx, tok, tokenservice.ReviewRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestTheTokenReviewerChecksRealServiceAccountTokens(t *testing.T) {
 
 	refused := func(t *testing.T, tok, reason string) {
 		t.Helper()
-		_, err := reviewer.Review(ctx, tok)
+		_, err := reviewer.Review(ctx, tok, tokenservice.ReviewRequest{})
 		var r *tokenservice.RefusedError
 		if !errors.As(err, &r) {
 			t.Fatalf("error %v, want a refusal (%s)", err, reason)
@@ -154,7 +154,7 @@ func TestTheTokenReviewerChecksRealServiceAccountTokens(t *testing.T) {
 	t.Run("the token of a deleted pod is refused", func(t *testing.T) {
 		gone := registryWorkload(t, ctx, ns, node, "gone")
 		tok := saToken(t, ctx, gone, registryAudience, false)
-		if _, err := reviewer.Review(ctx, tok); err != nil {
+		if _, err := reviewer.Review(ctx, tok, tokenservice.ReviewRequest{}); err != nil {
 			t.Fatalf("before the deletion: %v", err)
 		}
 		zero := int64(0)
@@ -185,7 +185,7 @@ func TestTheTokenReviewerNamesAMissingGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = reviewer.Review(ctx, saToken(t, ctx, w, registryAudience, false))
+	_, err = reviewer.Review(ctx, saToken(t, ctx, w, registryAudience, false), tokenservice.ReviewRequest{})
 	var missing *tokenservice.MissingGrantError
 	if !errors.Is(err, tokenservice.ErrUnavailable) || !errors.As(err, &missing) || !strings.Contains(missing.Grant, "tokenreviews") {
 		t.Fatalf("error %v, want ErrUnavailable naming the tokenreviews grant", err)

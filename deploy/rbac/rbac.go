@@ -293,6 +293,8 @@ func tokenServiceRules(in *Input, t *TokenServiceInput) []rule {
 		r(readAuthorities, l(keyward), l("authorities"), nil, l("get", "list", "watch")),
 		r("Report its key's keyCheck and lastIssuedNotAfter in its own Authority's status while leading (server-side apply: patch), never another component's.", l(keyward), l("authorities/status"), auths, l("patch")),
 		r("Events on its Authority.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
+		{why: "Read the service-account issuer's public keys (OIDC discovery, as the built-in system:service-account-issuer-discovery role) to refuse forged tokens before any TokenReview.",
+			PolicyRule: rbacv1.PolicyRule{NonResourceURLs: l("/.well-known/openid-configuration", "/openid/v1/jwks"), Verbs: l("get")}},
 	}
 	if t.TrustPublisher {
 		rules = append(rules, trustPublisherRules(l(t.SignerName), auths)...)

@@ -17,6 +17,7 @@ type Metrics struct {
 	GrantedScopes  prometheus.Counter
 	DroppedScopes  prometheus.Counter
 	SigningErrors  prometheus.Counter
+	Refused        *prometheus.CounterVec // reason
 }
 
 // NewMetrics builds the metrics and registers them with reg (nil: not
@@ -38,6 +39,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Requested scopes dropped from registry tokens (not granted by the policy, or not parsed)."}),
 		SigningErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "keyward_token_signing_errors_total",
 			Help: "Registry tokens that could not be signed (key backend errors)."}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keyward_token_refused_total",
+			Help: "Service-account tokens refused, by reason (BadSignature: not signed by the cluster's service-account issuer, refused without a TokenReview)."}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -58,6 +61,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	m.Requests = c.(*prometheus.CounterVec)
+	if c, err = register(m.Refused); err != nil {
+		return nil, err
+	}
+	m.Refused = c.(*prometheus.CounterVec)
 	for _, h := range []*prometheus.Histogram{&m.IssueDuration, &m.ReviewDuration} {
 		if c, err = register(*h); err != nil {
 			return nil, err
@@ -107,5 +114,11 @@ func (m *Metrics) scopes(granted, dropped int) {
 func (m *Metrics) signingError() {
 	if m != nil {
 		m.SigningErrors.Inc()
+	}
+}
+
+func (m *Metrics) refused(reason string) {
+	if m != nil {
+		m.Refused.WithLabelValues(reason).Inc()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 // Reasons a service-account token is refused (RefusedError.Reason).
 const (
 	ReasonMalformed          = "Malformed"
+	ReasonBadSignature       = "BadSignature"
 	ReasonExpired            = "Expired"
 	ReasonWrongAudience      = "WrongAudience"
 	ReasonNotAuthenticated   = "NotAuthenticated"
@@ -43,6 +45,17 @@ const (
 	extraPodUID   = "authentication.kubernetes.io/pod-uid"
 	extraNodeName = "authentication.kubernetes.io/node-name"
 )
+
+// ReviewRequest is what a Review is for besides the token.
+type ReviewRequest struct {
+	// Audiences the token must have one of (default: the reviewer's
+	// Audience). A registry with its own audience passes it alone.
+	Audiences []string
+	// Client is the caller's remote address (host:port or host): the
+	// fairness key of a token whose signature could not be verified
+	// locally.
+	Client string
+}
 
 const (
 	// MaxTokenBytes bounds a presented service-account token (they are
@@ -62,6 +75,11 @@ const (
 	// behind the client rate limiter that the leader's Lease renewals
 	// and reservation writes share.
 	DefaultMaxConcurrentReviews = 64
+	// DefaultMaxReviewsPerClient bounds the reviews under way for one
+	// client: a token's node (from claims whose signature verified), or
+	// else its remote address. One flooding node, even with validly
+	// signed tokens, then holds at most a quarter of the slots.
+	DefaultMaxReviewsPerClient = DefaultMaxConcurrentReviews / 4
 	// maxStatusError bounds how much of the apiserver's status.error a
 	// refusal quotes.
 	maxStatusError = 512
@@ -87,7 +105,11 @@ type RefusedError struct {
 	// and a later check (pod, service account) refused it; Identity then
 	// holds what is known of the caller.
 	Authenticated bool
-	Identity      policy.Identity
+	// Signed is true when the token's signature verified against the
+	// service-account issuer's keys but a local check refused it (wrong
+	// audience, expired): Identity holds what its claims say.
+	Signed   bool
+	Identity policy.Identity
 }
 
 func (e *RefusedError) Error() string { return "service-account token refused: " + e.Message }
@@ -104,7 +126,7 @@ type Review struct {
 // concurrent use. An error is a *RefusedError (the token is not accepted)
 // or matches ErrUnavailable.
 type Reviewer interface {
-	Review(ctx context.Context, token string) (*Review, error)
+	Review(ctx context.Context, token string, req ReviewRequest) (*Review, error)
 }
 
 // ReviewerOptions configure NewReviewer.
@@ -122,6 +144,15 @@ type ReviewerOptions struct {
 	// apiserver is answered ErrUnavailable at once. Cached reviews and
 	// callers joining a review under way are not counted.
 	MaxConcurrentReviews int
+	// MaxReviewsPerClient bounds the reviews under way for one client
+	// (default DefaultMaxReviewsPerClient, at most MaxConcurrentReviews):
+	// the node a verified token names, else the remote address.
+	MaxReviewsPerClient int
+	// Keys, if set, verifies each token's signature against the
+	// service-account issuer's public keys before any TokenReview; a
+	// token they do not verify is refused (BadSignature) at once, never
+	// reviewed. Nil: every token is reviewed.
+	Keys *IssuerKeys
 	// Metrics, if set, observes reviews and cache hits.
 	Metrics *Metrics
 	Clock   clock.PassiveClock
@@ -138,6 +169,8 @@ type KubeReviewer struct {
 	cache   map[[32]byte]cached
 	flights map[[32]byte]*reviewFlight
 	waiting int // callers waiting for a flight (tests read it)
+	// perClient counts the flights of each fairness key.
+	perClient map[string]int
 
 	grants grantLog
 }
@@ -148,6 +181,7 @@ type cached struct {
 }
 
 type reviewFlight struct {
+	client string // fairness key
 	done   chan struct{}
 	review *Review
 	err    error
@@ -167,19 +201,36 @@ func NewReviewer(o ReviewerOptions) (*KubeReviewer, error) {
 	if o.MaxConcurrentReviews == 0 {
 		o.MaxConcurrentReviews = DefaultMaxConcurrentReviews
 	}
+	if o.MaxReviewsPerClient < 0 {
+		return nil, fmt.Errorf("maximum reviews per client %d is negative", o.MaxReviewsPerClient)
+	}
+	if o.MaxReviewsPerClient == 0 {
+		o.MaxReviewsPerClient = max(1, o.MaxConcurrentReviews*DefaultMaxReviewsPerClient/DefaultMaxConcurrentReviews)
+	}
+	o.MaxReviewsPerClient = min(o.MaxReviewsPerClient, o.MaxConcurrentReviews)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &KubeReviewer{o: o, cache: map[[32]byte]cached{}, flights: map[[32]byte]*reviewFlight{}}, nil
+	return &KubeReviewer{o: o, cache: map[[32]byte]cached{}, flights: map[[32]byte]*reviewFlight{}, perClient: map[string]int{}}, nil
 }
 
 // Review validates token (see KubeReviewer).
-func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error) {
-	claims, err := r.precheck(token)
+func (r *KubeReviewer) Review(ctx context.Context, token string, req ReviewRequest) (*Review, error) {
+	audiences := req.Audiences
+	if len(audiences) == 0 {
+		audiences = []string{r.o.Audience}
+	}
+	claims, err := r.precheck(ctx, token, audiences)
 	if err != nil {
 		return nil, err
 	}
-	key := sha256.Sum256([]byte(token))
+	// A token reviewed for one set of audiences is not thereby accepted
+	// for another.
+	key := sha256.Sum256([]byte(token + "\x00" + strings.Join(audiences, "\x00")))
+	client := "remote " + remoteHost(req.Client)
+	if claims.verified && claims.node != "" {
+		client = "node " + claims.node
+	}
 	now := r.o.Clock.Now()
 	r.mu.Lock()
 	if c, ok := r.cache[key]; ok {
@@ -195,12 +246,17 @@ func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d token reviews are under way, the most this replica makes at once", ErrUnavailable, r.o.MaxConcurrentReviews)
 	}
+	if f == nil && r.perClient[client] >= r.o.MaxReviewsPerClient {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d token reviews for %s are under way, the most one client gets at once", ErrUnavailable, r.o.MaxReviewsPerClient, client)
+	}
 	if f == nil {
-		f = &reviewFlight{done: make(chan struct{})}
+		f = &reviewFlight{client: client, done: make(chan struct{})}
 		r.flights[key] = f
+		r.perClient[client]++
 		// The shared review outlives a caller that gives up: others wait
 		// for it too.
-		go r.fly(context.WithoutCancel(ctx), key, token, claims, f)
+		go r.fly(context.WithoutCancel(ctx), key, token, audiences, claims, f)
 	}
 	r.waiting++
 	r.mu.Unlock()
@@ -217,14 +273,17 @@ func (r *KubeReviewer) Review(ctx context.Context, token string) (*Review, error
 	}
 }
 
-func (r *KubeReviewer) fly(ctx context.Context, key [32]byte, token string, claims *unverifiedClaims, f *reviewFlight) {
+func (r *KubeReviewer) fly(ctx context.Context, key [32]byte, token string, audiences []string, claims *unverifiedClaims, f *reviewFlight) {
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
 	start := r.o.Clock.Now()
-	f.review, f.err = r.review(ctx, token, claims)
+	f.review, f.err = r.review(ctx, token, audiences, claims)
 	r.o.Metrics.reviewed(r.o.Clock.Since(start).Seconds())
 	r.mu.Lock()
 	delete(r.flights, key)
+	if r.perClient[f.client]--; r.perClient[f.client] <= 0 {
+		delete(r.perClient, f.client)
+	}
 	if f.err == nil {
 		r.store(key, f.review)
 	}
@@ -267,18 +326,27 @@ func (r *KubeReviewer) store(key [32]byte, rv *Review) {
 
 // unverifiedClaims are the claims of a token read before the apiserver
 // validated it: they only make refusals clearer and cheaper, and exp is
-// trusted only once the TokenReview accepted the token.
+// trusted only once the TokenReview accepted the token. When verified,
+// the service-account issuer's key signed them (the pod may still be
+// gone).
 type unverifiedClaims struct {
-	aud    []string
-	expiry time.Time
-	// namespace, pod and podUID are the kubernetes.io claims of a
-	// pod-bound token.
-	namespace, pod, podUID string
+	verified bool
+	aud      []string
+	expiry   time.Time
+	// namespace, pod, podUID, node and serviceAccount are the
+	// kubernetes.io claims of a pod-bound token.
+	namespace, pod, podUID, node, serviceAccount string
+}
+
+// identity is what the claims say of the caller.
+func (c *unverifiedClaims) identity() policy.Identity {
+	return policy.Identity{Namespace: c.namespace, ServiceAccount: c.serviceAccount, PodName: c.pod, PodUID: c.podUID, NodeName: c.node}
 }
 
 // precheck refuses, without asking the apiserver, a token that cannot be
-// accepted: too long, not a JWT, for another audience, expired.
-func (r *KubeReviewer) precheck(token string) (*unverifiedClaims, error) {
+// accepted: too long, not a JWT, not signed by the service-account
+// issuer's keys (when known), for another audience, expired.
+func (r *KubeReviewer) precheck(ctx context.Context, token string, audiences []string) (*unverifiedClaims, error) {
 	if len(token) > MaxTokenBytes {
 		return nil, &RefusedError{Reason: ReasonMalformed, Message: fmt.Sprintf("the token is %d bytes long; service-account tokens are at most %d", len(token), MaxTokenBytes)}
 	}
@@ -286,15 +354,40 @@ func (r *KubeReviewer) precheck(token string) (*unverifiedClaims, error) {
 	if err != nil {
 		return nil, &RefusedError{Reason: ReasonMalformed, Message: "not a service-account token: " + err.Error()}
 	}
-	if !slices.Contains(c.aud, r.o.Audience) {
-		return nil, &RefusedError{Reason: ReasonWrongAudience,
-			Message: fmt.Sprintf("the token is for audience %q, not %q (kubelet's tokenAttributes.serviceAccountTokenAudience must be %q)", c.aud, r.o.Audience, r.o.Audience)}
+	if r.o.Keys != nil {
+		_, err := r.o.Keys.verify(ctx, token)
+		switch {
+		case err == nil:
+			c.verified = true
+		case errors.Is(err, errBadSignature):
+			return nil, &RefusedError{Reason: ReasonBadSignature, Message: "not signed by the cluster's service-account issuer: " + err.Error()}
+		} // errNoIssuerKeys: the TokenReview decides alone
+	}
+	refused := func(reason, msg string) error {
+		e := &RefusedError{Reason: reason, Message: msg, Signed: c.verified}
+		if c.verified {
+			e.Identity = c.identity()
+		}
+		return e
+	}
+	if !slices.ContainsFunc(c.aud, func(a string) bool { return slices.Contains(audiences, a) }) {
+		return nil, refused(ReasonWrongAudience,
+			fmt.Sprintf("the token is for audience %q, not %q (the kubelet's tokenAttributes.serviceAccountTokenAudience for this registry must be that)", c.aud, strings.Join(audiences, `" or "`)))
 	}
 	if now := r.o.Clock.Now(); !now.Before(c.expiry) {
-		return nil, &RefusedError{Reason: ReasonExpired, Message: fmt.Sprintf("the token expired at %s; this token service's clock reads %s (a token the kubelet just issued: a clock is wrong)",
-			c.expiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
+		return nil, refused(ReasonExpired, fmt.Sprintf("the token expired at %s; this token service's clock reads %s (a token the kubelet just issued: a clock is wrong)",
+			c.expiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 	}
 	return c, nil
+}
+
+// remoteHost is the host of a host:port address (the address itself when
+// it has no port).
+func remoteHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // parseClaims reads aud and exp from a JWT's payload without verifying
@@ -317,12 +410,19 @@ func parseClaims(token string) (*unverifiedClaims, error) {
 				Name string `json:"name"`
 				UID  string `json:"uid"`
 			} `json:"pod"`
+			Node struct {
+				Name string `json:"name"`
+			} `json:"node"`
+			ServiceAccount struct {
+				Name string `json:"name"`
+			} `json:"serviceaccount"`
 		} `json:"kubernetes.io"`
 	}
 	if err := json.Unmarshal(payload, &raw); err != nil {
 		return nil, errors.New("not a JWT (payload is not a JSON object)")
 	}
-	c := &unverifiedClaims{namespace: raw.Kube.Namespace, pod: raw.Kube.Pod.Name, podUID: raw.Kube.Pod.UID}
+	c := &unverifiedClaims{namespace: raw.Kube.Namespace, pod: raw.Kube.Pod.Name, podUID: raw.Kube.Pod.UID,
+		node: raw.Kube.Node.Name, serviceAccount: raw.Kube.ServiceAccount.Name}
 	if len(raw.Aud) > 0 {
 		var one string
 		if json.Unmarshal(raw.Aud, &one) == nil {
@@ -343,9 +443,9 @@ func parseClaims(token string) (*unverifiedClaims, error) {
 }
 
 // review asks the apiserver.
-func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverifiedClaims) (*Review, error) {
+func (r *KubeReviewer) review(ctx context.Context, token string, audiences []string, claims *unverifiedClaims) (*Review, error) {
 	tr, err := r.o.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
-		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{r.o.Audience}},
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err := r.grants.check(ctx, `"create" on tokenreviews (authentication.k8s.io)`, err); err != nil {
 		return nil, fmt.Errorf("%w: creating a TokenReview: %w", ErrUnavailable, err)
@@ -374,9 +474,9 @@ func (r *KubeReviewer) review(ctx context.Context, token string, claims *unverif
 		}
 		return nil, &RefusedError{Reason: ReasonNotAuthenticated, Message: msg}
 	}
-	if !slices.Contains(st.Audiences, r.o.Audience) {
+	if !slices.ContainsFunc(st.Audiences, func(a string) bool { return slices.Contains(audiences, a) }) {
 		return nil, &RefusedError{Reason: ReasonWrongAudience, Authenticated: true,
-			Message: fmt.Sprintf("the apiserver authenticated it for audiences %q, not %q", st.Audiences, r.o.Audience)}
+			Message: fmt.Sprintf("the apiserver authenticated it for audiences %q, not %q", st.Audiences, audiences)}
 	}
 	ns, sa, ok := serviceAccount(st.User.Username)
 	if !ok {

@@ -182,7 +182,7 @@ func TestReviewerRefusals(t *testing.T) {
 			api.answers[c.token] = c.status
 			r := newTestReviewer(t, api, 10*time.Second, clk)
 			for range 2 {
-				_, err := r.Review(t.Context(), c.token)
+				_, err := r.Review(t.Context(), c.token, ReviewRequest{})
 				var refused *RefusedError
 				if !errors.As(err, &refused) {
 					t.Fatalf("error %v, want a refusal", err)
@@ -215,7 +215,7 @@ func TestReviewerAcceptsAPodBoundToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.o.Metrics = metrics
-	rv, err := r.Review(t.Context(), tok)
+	rv, err := r.Review(t.Context(), tok, ReviewRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestReviewerAcceptsAPodBoundToken(t *testing.T) {
 
 	// Cached for the TTL, asked again after it.
 	clk.Step(9 * time.Second)
-	if _, err := r.Review(t.Context(), tok); err != nil {
+	if _, err := r.Review(t.Context(), tok, ReviewRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := api.reviews.Load(); got != 1 {
@@ -237,7 +237,7 @@ func TestReviewerAcceptsAPodBoundToken(t *testing.T) {
 		t.Errorf("review cache hits %v, want 1", got)
 	}
 	clk.Step(2 * time.Second)
-	if _, err := r.Review(t.Context(), tok); err != nil {
+	if _, err := r.Review(t.Context(), tok, ReviewRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := api.reviews.Load(); got != 2 {
@@ -249,7 +249,7 @@ func TestReviewerAcceptsAPodBoundToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Step(11 * time.Second)
-	_, err = r.Review(t.Context(), tok)
+	_, err = r.Review(t.Context(), tok, ReviewRequest{})
 	var refused *RefusedError
 	if !errors.As(err, &refused) || refused.Reason != ReasonPodGone {
 		t.Errorf("after the pod's deletion and the TTL: %v, want a PodGone refusal", err)
@@ -269,7 +269,7 @@ func TestConcurrentReviewsOfOneTokenShareOneFlight(t *testing.T) {
 	errs := make(chan error, callers)
 	for range callers {
 		wg.Go(func() {
-			_, err := r.Review(t.Context(), tok)
+			_, err := r.Review(t.Context(), tok, ReviewRequest{})
 			errs <- err
 		})
 	}
@@ -317,7 +317,7 @@ func TestAMissingTokenReviewGrantIsNamedAndLoggedOnce(t *testing.T) {
 	}, funcr.Options{})
 	ctx := klog.NewContext(t.Context(), logger)
 	for range 3 {
-		_, err := r.Review(ctx, tok)
+		_, err := r.Review(ctx, tok, ReviewRequest{})
 		var missing *MissingGrantError
 		if !errors.Is(err, ErrUnavailable) || !errors.As(err, &missing) || !strings.Contains(missing.Grant, "tokenreviews") {
 			t.Fatalf("error %v, want ErrUnavailable and a MissingGrantError naming tokenreviews", err)
@@ -351,7 +351,7 @@ func TestAForgedTokenLearnsNothingAboutPods(t *testing.T) {
 			api := newFakeAPI(c.objects...)
 			api.answers[forged] = authnv1.TokenReviewStatus{Error: "invalid bearer token, square/go-jose: error in cryptographic primitive"}
 			r := newTestReviewer(t, api, 10*time.Second, clk)
-			_, err := r.Review(t.Context(), forged)
+			_, err := r.Review(t.Context(), forged, ReviewRequest{})
 			var refused *RefusedError
 			if !errors.As(err, &refused) {
 				t.Fatalf("error %v, want a refusal", err)
@@ -383,13 +383,13 @@ func TestReviewsInFlightAreBounded(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	first := jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 1}, clk.Now().Add(time.Hour))
-	wg.Go(func() { _, _ = r.Review(t.Context(), first) })
+	wg.Go(func() { _, _ = r.Review(t.Context(), first, ReviewRequest{}) })
 	<-api.entered
 	// A caller that has already gone: without the bound it would start a
 	// flight and get its context's error; with it, it is refused before.
 	gone, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err = r.Review(gone, jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 2}, clk.Now().Add(time.Hour)))
+	_, err = r.Review(gone, jwtClaimsOf(t, map[string]any{"aud": testAudience, "n": 2}, clk.Now().Add(time.Hour)), ReviewRequest{})
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
 		t.Errorf("a second token while one review is under way: %v, want ErrUnavailable before any review starts", err)
 	}

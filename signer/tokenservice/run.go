@@ -153,7 +153,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	iss := gens.Issuer(cfg.SignerName)
 
-	reviewer, err := NewReviewer(ReviewerOptions{Client: client, Audience: cfg.Audience, CacheTTL: cfg.ReviewCacheTTL.Duration, Metrics: metrics})
+	// Forged tokens are refused with a local signature check, before they
+	// take a review slot (the keys are fetched on the first token).
+	keys, err := NewIssuerKeys(client.Discovery().RESTClient(), nil)
+	if err != nil {
+		return err
+	}
+	reviewer, err := NewReviewer(ReviewerOptions{Client: client, Audience: cfg.Audience, CacheTTL: cfg.ReviewCacheTTL.Duration, Keys: keys, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -186,6 +192,21 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer stopHTTPS()
+	var flushDone sync.WaitGroup
+	flushCtx, stopFlush := context.WithCancel(ctx)
+	flushDone.Go(func() {
+		t := time.NewTicker(RefusalLogWindow)
+		defer t.Stop()
+		for {
+			select {
+			case <-flushCtx.Done():
+				return
+			case <-t.C:
+				srv.FlushRefusals(flushCtx)
+			}
+		}
+	})
+	defer func() { stopFlush(); flushDone.Wait() }()
 	alive := func() error { return signer.KeysAlive(gens.Keys()) }
 	metricsAddr, healthAddr, stopServers, err := serveMetricsAndHealth(ctx, cfg, reg, ready, alive)
 	if err != nil {

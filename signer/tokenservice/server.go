@@ -80,6 +80,8 @@ type Server struct {
 	// reviewFailing: the last review could not be made (the apiserver
 	// unreachable, too many under way); logged like signFailing.
 	reviewFailing atomic.Bool
+	// refusals audits refusals of unauthenticated tokens, rate-limited.
+	refusals *refusalLog
 }
 
 // NewServer validates o. It starts nothing.
@@ -107,7 +109,36 @@ func NewServer(o ServerOptions) (*Server, error) {
 	if s.o.Clock == nil {
 		s.o.Clock = clock.RealClock{}
 	}
+	s.refusals = newRefusalLog(s.o.Clock)
 	return s, nil
+}
+
+// FlushRefusals logs the summary of refusals of the last window if it is
+// over (Run calls it every RefusalLogWindow; a refusal does too).
+func (s *Server) FlushRefusals(ctx context.Context) {
+	s.refusals.flush(klog.FromContext(ctx))
+}
+
+// audiences are the service-account token audiences accepted for a token
+// for reg: its own, else the configuration's.
+func (s *Server) audiences(reg config.Registry) []string {
+	if reg.Audience != "" {
+		return []string{reg.Audience}
+	}
+	return []string{s.o.Config.Audience}
+}
+
+// allAudiences are every audience some registry accepts.
+func (s *Server) allAudiences() []string {
+	var out []string
+	for _, r := range s.o.Config.Registries {
+		for _, a := range s.audiences(r) {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // Handler serves /token and /v1/credential.
@@ -283,7 +314,8 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 			message: "the service parameter is required (the registry's auth.token.service); this token service serves " + s.services()})
 		return
 	}
-	if _, ok := s.o.Policy.Service(tr.service); !ok {
+	reg, ok := s.o.Policy.Service(tr.service)
+	if !ok {
 		s.writeTokenError(w, oauthForm, tokenError{status: http.StatusBadRequest, code: "UNSUPPORTED", oauth: "invalid_request",
 			message: fmt.Sprintf("unknown service %q; this token service serves %s", quote(tr.service), s.services())})
 		return
@@ -294,7 +326,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 			message: "a service-account token is required: as the password of Basic auth, a Bearer token, or the password of the form"})
 		return
 	}
-	rv, err := s.o.Reviewer.Review(ctx, tr.credential)
+	rv, err := s.o.Reviewer.Review(ctx, tr.credential, ReviewRequest{Audiences: s.audiences(reg), Client: r.RemoteAddr})
 	s.reviewed(ctx, err)
 	if err != nil {
 		e := s.reviewError(ctx, r, err, tr.service)
@@ -414,18 +446,21 @@ func (s *Server) reviewed(ctx context.Context, err error) {
 }
 
 // reviewError turns a Review error into an answer and logs it: a refusal
-// of an authenticated caller at default verbosity (audit), anything else
-// at V(2).
+// of an authenticated caller at default verbosity (audit), one line each;
+// any other refusal at default verbosity too, rate-limited (refusalLog);
+// anything else at V(2).
 func (s *Server) reviewError(ctx context.Context, r *http.Request, err error, service string) reviewAnswer {
 	logger := klog.FromContext(ctx)
 	var refused *RefusedError
 	if errors.As(err, &refused) {
+		s.o.Metrics.refused(refused.Reason)
 		if refused.Authenticated {
 			id := refused.Identity
 			logger.WithName("audit").Info("Registry token refused", "reason", refused.Reason, "message", refused.Message,
 				"namespace", id.Namespace, "sa", id.ServiceAccount, "pod", id.PodName, "podUID", id.PodUID, "node", id.NodeName,
 				"service", service, "endpoint", r.URL.Path, "remote", r.RemoteAddr)
 		} else {
+			s.refusals.note(logger, refused, r.RemoteAddr, r.URL.Path, service)
 			logger.V(2).Info("Service-account token refused", "reason", refused.Reason, "message", refused.Message, "endpoint", r.URL.Path, "remote", r.RemoteAddr)
 		}
 		return reviewAnswer{status: http.StatusUnauthorized, code: "UNAUTHORIZED", oauth: "invalid_grant", credCode: "unauthorized",
@@ -536,15 +571,21 @@ func (s *Server) credential(w http.ResponseWriter, r *http.Request) {
 		writeCredentialError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("bad image reference %q: %v", quote(req.Image), err))
 		return
 	}
-	rv, err := s.o.Reviewer.Review(ctx, cred)
+	// A registry with its own audience accepts only tokens for it; a host
+	// no registry has is answered 404 to a token any registry accepts.
+	reg, ok := s.o.Policy.RegistryForHost(host)
+	audiences := s.allAudiences()
+	if ok {
+		audiences = s.audiences(reg)
+	}
+	rv, err := s.o.Reviewer.Review(ctx, cred, ReviewRequest{Audiences: audiences, Client: r.RemoteAddr})
 	s.reviewed(ctx, err)
 	if err != nil {
-		e := s.reviewError(ctx, r, err, "")
+		e := s.reviewError(ctx, r, err, reg.Service)
 		writeCredentialError(w, e.status, e.credCode, e.message)
 		return
 	}
 	id := rv.Identity
-	reg, ok := s.o.Policy.RegistryForHost(host)
 	if !ok {
 		writeCredentialError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no configured registry has host %q; configured hosts: %s", quote(host), s.hosts()))
 		return

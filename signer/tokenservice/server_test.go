@@ -46,10 +46,15 @@ type fakeReviewer struct {
 	reviews map[string]*Review
 	err     error // answered for every token not in reviews (default: refused)
 	calls   atomic.Int32
+	mu      sync.Mutex
+	last    ReviewRequest
 }
 
-func (f *fakeReviewer) Review(_ context.Context, token string) (*Review, error) {
+func (f *fakeReviewer) Review(_ context.Context, token string, req ReviewRequest) (*Review, error) {
 	f.calls.Add(1)
+	f.mu.Lock()
+	f.last = req
+	f.mu.Unlock()
 	if rv, ok := f.reviews[token]; ok {
 		return rv, nil
 	}
@@ -736,9 +741,20 @@ func TestAnApiserverOutageIsLoggedOnceNotPerRequest(t *testing.T) {
 			t.Fatalf("status %d, want 401 (the apiserver refuses the token)", code)
 		}
 	}
-	lines := logged()
+	var lines, refusals []string
+	for _, l := range logged() {
+		if strings.Contains(l, "Registry token refused") {
+			refusals = append(refusals, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) != 2 || !strings.Contains(lines[0], "Cannot validate service-account tokens") || !strings.Contains(lines[1], "work again") {
 		t.Errorf("logged %d lines, want the outage once and the recovery once:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	// The two refusals: the first audited, the second summed.
+	if len(refusals) != 1 {
+		t.Errorf("logged %d refusal lines for two refusals from one client, want one:\n%s", len(refusals), strings.Join(refusals, "\n"))
 	}
 }
 
@@ -788,5 +804,36 @@ func capturedLog(t *testing.T) (context.Context, func() []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(lines)
+	}
+}
+
+// TestARegistryWithItsOwnAudienceReviewsForItAlone: the realm and the
+// credential endpoint ask the reviewer for the registry's own audience
+// (registries[].audience), the default one for a registry without.
+func TestARegistryWithItsOwnAudienceReviewsForItAlone(t *testing.T) {
+	f := newFixture(t, func(c *config.TokenServiceConfiguration) {
+		c.Registries = append(c.Registries, config.Registry{Service: "cache", Hosts: []string{"cache.example.com:5000"}, Audience: "keyward.dev/cache"})
+	})
+	audiences := func() []string {
+		f.reviewer.mu.Lock()
+		defer f.reviewer.mu.Unlock()
+		return f.reviewer.last.Audiences
+	}
+	for _, c := range []struct {
+		name string
+		req  *http.Request
+		want string
+	}{
+		{"the realm, for the registry with its own audience", tokenGET("cache", []string{"repository:keyward/hello:pull"}, basic(pullerToken)), "keyward.dev/cache"},
+		{"the realm, for the registry without", tokenGET(testService, []string{"repository:keyward/hello:pull"}, basic(pullerToken)), "keyward.dev/registry"},
+		{"the credential endpoint, for a host of the registry with its own audience", credentialPOST(`{"image":"cache.example.com:5000/keyward/hello:v1"}`, "Bearer "+pullerToken), "keyward.dev/cache"},
+		{"the credential endpoint, for a host of the registry without", credentialPOST(`{"image":"`+testHost+`/keyward/hello:v1"}`, "Bearer "+pullerToken), "keyward.dev/registry"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.do(c.req)
+			if got := audiences(); len(got) != 1 || got[0] != c.want {
+				t.Errorf("reviewed for audiences %q, want [%q]", got, c.want)
+			}
+		})
 	}
 }

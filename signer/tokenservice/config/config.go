@@ -226,6 +226,9 @@ func (c *TokenServiceConfiguration) validateRegistries(services map[string]bool)
 			errs = append(errs, field.Duplicate(ip.Child("service"), r.Service))
 		}
 		services[r.Service] = true
+		if r.Audience != "" && strings.TrimSpace(r.Audience) != r.Audience {
+			errs = append(errs, field.Invalid(ip.Child("audience"), r.Audience, "must not begin or end with spaces: it is compared exactly with the token's aud"))
+		}
 		for j, h := range r.Hosts {
 			hp := ip.Child("hosts").Index(j)
 			switch {

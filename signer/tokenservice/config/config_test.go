@@ -128,6 +128,7 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"no registries", "- service: registry.example.com\n- service: build-cache\n  hosts: [cache.example.com:5000, cache.internal:5000]", "", "registries"},
 		{"a registry without a service", "- service: build-cache", "- service: ''", "registries[1].service"},
 		{"a duplicate service", "- service: build-cache", "- service: registry.example.com", "registries[1].service"},
+		{"a registry audience with spaces", "audience: keyward.dev/build-cache", "audience: ' keyward.dev/cache'", "registries[1].audience"},
 		{"a host that is a URL", "hosts: [cache.example.com:5000, cache.internal:5000]", "hosts: [https://cache.example.com]", "registries[1].hosts[0]"},
 		{"a host named twice across registries", "hosts: [cache.example.com:5000, cache.internal:5000]", "hosts: [cache.example.com:5000, Registry.Example.com]", "registries[1].hosts[1]"},
 		{"a service that is no host and no hosts listed", "- service: build-cache\n  hosts: [cache.example.com:5000, cache.internal:5000]", "- service: build cache", "registries[1].hosts"},

@@ -109,6 +109,13 @@ type Registry struct {
 	// Service is the registry's auth.token.service: the `service` a
 	// client names in its token request, and the token's aud.
 	Service string `json:"service"`
+	// Audience, if set, is the only service-account token audience
+	// accepted for this registry (default: the top-level audience), so
+	// that a token handed to one registry's hosts cannot buy tokens for
+	// another. It takes a kubelet credential provider entry of its own
+	// (one serviceAccountTokenAudience per entry) and the node RBAC for
+	// it (docs/registry-credentials.md, "Several registries").
+	Audience string `json:"audience,omitempty"`
 	// Hosts are the image hosts (host or host:port, as written in image
 	// references) that are this registry; the credential provider plugin
 	// is answered for these, compared without regard to case. Default:
