@@ -164,3 +164,24 @@ func Active(a *v1alpha1.Authority, r *Record) string {
 	}
 	return ""
 }
+
+// Changed are the spec generations whose trusted phase (pending, else
+// recorded) was reached with another certificate: a root swapped in place.
+func Changed(a *v1alpha1.Authority, r *Record, pending map[string]Entry) map[string]Entry {
+	out := map[string]Entry{}
+	for _, g := range a.Spec.Generations {
+		if !changed(g, r, pending) {
+			continue
+		}
+		if e, ok := pending[g.Name]; ok {
+			out[g.Name] = e
+			continue
+		}
+		for _, e := range r.Generations {
+			if e.Name == g.Name {
+				out[g.Name] = e
+			}
+		}
+	}
+	return out
+}
