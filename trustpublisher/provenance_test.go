@@ -100,3 +100,32 @@ func TestSwappedRootInheritsNoSoak(t *testing.T) {
 		t.Fatalf("no Warning Event %s (got %q)", ReasonCertificateChanged, e)
 	}
 }
+
+// A keyCheck the signer wrote for another keyURI or certificate (before a
+// swap) does not open KeyNotReady for the generation as it is now.
+func TestKeyCheckCountsOnlyForWhatItChecked(t *testing.T) {
+	old, next := rootCA(t, "old root"), rootCA(t, "new root")
+	for _, tc := range []struct {
+		name  string
+		edit  func(kc *v1alpha1.KeyCheck)
+		ready bool
+	}{
+		{"the check names the current key and certificate", func(*v1alpha1.KeyCheck) {}, true},
+		{"the check names another key URI", func(kc *v1alpha1.KeyCheck) { kc.KeyURI = "file:/elsewhere" }, false},
+		{"the check names another certificate", func(kc *v1alpha1.KeyCheck) { kc.CertificateDigest = "00" }, false},
+		{"the check names nothing (an older signer)", func(kc *v1alpha1.KeyCheck) { kc.KeyURI, kc.CertificateDigest = "", "" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(time.Hour, 5*time.Minute).gen("a", old, v1alpha1.PhasePromoted, v1alpha1.PhaseActive, t0.Add(-48*time.Hour)).keyReady("a").
+				gen("b", next, v1alpha1.PhaseActive, v1alpha1.PhasePromoted, t0.Add(-time.Hour)).keyReady("b").published(t0.Add(-time.Hour))
+			tc.edit(f.status("b").KeyCheck)
+			s, _ := Evaluate(f.a, t0).Step("b")
+			if got := s.Next == v1alpha1.PhaseActive; got != tc.ready {
+				t.Fatalf("b moves to Active: %v (gate %s: %s), want %v", got, s.Gate, s.Message, tc.ready)
+			}
+			if !tc.ready && s.Gate != v1alpha1.GateKeyNotReady {
+				t.Fatalf("b held by %s, want %s", s.Gate, v1alpha1.GateKeyNotReady)
+			}
+		})
+	}
+}

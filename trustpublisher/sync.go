@@ -378,7 +378,7 @@ func (c *Controller) compose(next *v1alpha1.Authority, plan Plan, bundles []desi
 	switch {
 	case active == nil:
 		set(v1alpha1.ConditionReady, false, ReasonNoActiveGeneration, "no generation is Active: nothing can be issued")
-	case active.KeyCheck == nil || !active.KeyCheck.Ready:
+	case active.KeyCheck == nil || !active.KeyCheck.Ready || !checksSpec(next, active):
 		msg := "the signer has not reported generation " + active.Name + "'s key ready"
 		if active.KeyCheck != nil && active.KeyCheck.Message != "" {
 			msg += ": " + active.KeyCheck.Message
@@ -491,4 +491,15 @@ func planSummary(p Plan) string {
 		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checksSpec: st's keyCheck names its generation's current keyURI and
+// certificate in a's spec.
+func checksSpec(a *v1alpha1.Authority, st *v1alpha1.GenerationStatus) bool {
+	for _, g := range a.Spec.Generations {
+		if g.Name == st.Name {
+			return record.Checks(st.KeyCheck, g)
+		}
+	}
+	return false
 }

@@ -243,3 +243,10 @@ func rootPEM(g v1alpha1.Generation) (string, bool) {
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[len(certs)-1].Raw})), true
 }
+
+// Checks reports whether a keyCheck names what generation g is now: its
+// keyURI and CertificateDigest. A keyCheck of another key or certificate
+// (written before a swap) says nothing about this one.
+func Checks(kc *v1alpha1.KeyCheck, g v1alpha1.Generation) bool {
+	return kc != nil && kc.KeyURI == g.KeyURI && kc.CertificateDigest == CertificateDigest(g)
+}
