@@ -56,11 +56,18 @@ func TestRoguePhaseInStatusPublishesNothing(t *testing.T) {
 		metav1.PatchOptions{FieldManager: "rogue-spec", Force: &force}); err != nil {
 		t.Fatalf("adding the rogue generation as %s: %v", user, err)
 	}
+	// Let the trust publisher settle on the spec edit first: a status
+	// write of its own in flight would overwrite the rogue phase (same
+	// field manager name) before it is ever seen.
+	f.waitFor("rogue Retired", phasesAre(map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive, "rogue": kwv1alpha1.PhaseRetired}))
+	f.steady()
 	since := metav1.NewTime(time.Now().Add(-24 * time.Hour).Truncate(time.Second))
-	if _, err := rc.ApplyStatus(f.ctx, f.name, map[string]any{"generations": []map[string]any{{"name": "rogue", "phase": "Promoted", "since": since}}},
-		kwv1alpha1.FieldManagerTrustPublisher); err != nil {
+	written, err := rc.ApplyStatus(f.ctx, f.name, map[string]any{"generations": []map[string]any{{"name": "rogue", "phase": "Promoted", "since": since}}},
+		kwv1alpha1.FieldManagerTrustPublisher)
+	if err != nil {
 		t.Fatalf("writing the rogue phase as %s: %v", user, err)
 	}
+	t.Logf("status as written by %s: %s", user, statusSummary(written))
 
 	// What the apiserver did with the forged field manager name.
 	admin, err := authclient.New(cp.AdminConfig())
