@@ -384,7 +384,7 @@ func TestTrustPromoteRefusedThenForced(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.ApplyStatus(ctx, a.Name, map[string]any{"generations": []map[string]any{
-		{"name": "g1", "keyCheck": map[string]any{"ready": true}}, {"name": "g2", "keyCheck": map[string]any{"ready": true}},
+		{"name": "g1", "keyCheck": readyKeyCheck(a, "g1")}, {"name": "g2", "keyCheck": readyKeyCheck(a, "g2")},
 	}}, kwv1alpha1.FieldManagerSigner); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestTrustPromoteRefusedThenForced(t *testing.T) {
 	lastIssued := metav1.NewTime(now.Add(20 * time.Hour))
 	// (An apply carries all of a manager's fields: keyCheck again.)
 	if _, err := c.ApplyStatus(ctx, a.Name, map[string]any{"generations": []map[string]any{
-		{"name": "g1", "lastIssuedNotAfter": lastIssued, "keyCheck": map[string]any{"ready": true}}, {"name": "g2", "keyCheck": map[string]any{"ready": true}},
+		{"name": "g1", "lastIssuedNotAfter": lastIssued, "keyCheck": readyKeyCheck(a, "g1")}, {"name": "g2", "keyCheck": readyKeyCheck(a, "g2")},
 	}},
 		kwv1alpha1.FieldManagerSigner); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	phaserecord "github.com/keyward/keyward/kubeclient/authority/record"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/trustpublisher"
@@ -143,9 +144,13 @@ func (f *rotationFixture) setPhases(phases map[string]kwv1alpha1.Phase) {
 func (f *rotationFixture) keyReady(gen string) {
 	f.t.Helper()
 	f.ready = append(f.ready, gen)
+	a, err := f.c.Get(f.ctx, f.name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	var gens []map[string]any
 	for _, g := range f.ready {
-		gens = append(gens, map[string]any{"name": g, "keyCheck": map[string]any{"ready": true}})
+		gens = append(gens, map[string]any{"name": g, "keyCheck": readyKeyCheck(a, g)})
 	}
 	if _, err := f.c.ApplyStatus(f.ctx, f.name, map[string]any{"generations": gens}, kwv1alpha1.FieldManagerSigner); err != nil {
 		f.t.Fatalf("signer's keyCheck for %s: %v", gen, err)
@@ -618,4 +623,15 @@ func waitAllowed(t *testing.T, ctx context.Context, cfg *rest.Config, attrs auth
 	if err != nil {
 		t.Fatalf("waiting for a grant of %+v: %v", attrs, err)
 	}
+}
+
+// readyKeyCheck is the keyCheck the signer writes for a ready key of a's
+// generation gen: it names the keyURI and certificate it checked.
+func readyKeyCheck(a *kwv1alpha1.Authority, gen string) map[string]any {
+	for _, g := range a.Spec.Generations {
+		if g.Name == gen {
+			return map[string]any{"ready": true, "keyURI": g.KeyURI, "certificateDigest": phaserecord.CertificateDigest(g)}
+		}
+	}
+	return map[string]any{"ready": true}
 }

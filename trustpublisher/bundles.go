@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	authzv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
@@ -23,7 +24,7 @@ const DefaultLabelDomain = "keyward.dev"
 // BundleName is the name of a signer's ClusterTrustBundle of one version
 // (canary or live): the signer name with / as :, then :version.
 func BundleName(signerName, version string) string {
-	return strings.ReplaceAll(signerName, "/", ":") + ":" + version
+	return record.BundleName(signerName, version)
 }
 
 // BundleLabels are the labels of a published bundle: the version label
@@ -39,13 +40,15 @@ func BundleLabels(domain, version string) map[string]string {
 type desiredBundle struct {
 	name, signer, version string
 	labels                map[string]string
-	pem                   string
-	members               []Member
+	// annotations carry the trust publisher's phase record.
+	annotations map[string]string
+	pem         string
+	members     []Member
 	// status is what status.bundles says of it.
 	status v1alpha1.BundleStatus
 }
 
-func (c *Controller) desiredBundle(a *v1alpha1.Authority, version string, members []Member) desiredBundle {
+func (c *Controller) desiredBundle(a *v1alpha1.Authority, version string, members []Member, rec *record.Record) desiredBundle {
 	name := BundleName(a.Spec.SignerName, version)
 	var gens []string
 	for _, m := range members {
@@ -53,10 +56,11 @@ func (c *Controller) desiredBundle(a *v1alpha1.Authority, version string, member
 	}
 	return desiredBundle{
 		name: name, signer: a.Spec.SignerName, version: version,
-		labels:  BundleLabels(a.Spec.TrustBundleLabelDomain, version),
-		pem:     BundlePEM(members),
-		members: members,
-		status:  v1alpha1.BundleStatus{Version: version, Name: name, Generations: gens, Digest: BundleDigest(members)},
+		labels:      BundleLabels(a.Spec.TrustBundleLabelDomain, version),
+		annotations: map[string]string{record.Annotation: rec.Encode()},
+		pem:         BundlePEM(members),
+		members:     members,
+		status:      v1alpha1.BundleStatus{Version: version, Name: name, Generations: gens, Digest: BundleDigest(members)},
 	}
 }
 
@@ -123,6 +127,7 @@ func (c *Controller) publish(ctx context.Context, a *v1alpha1.Authority, desired
 		}
 		ac := certv1ac.ClusterTrustBundle(d.name).
 			WithLabels(d.labels).
+			WithAnnotations(d.annotations).
 			WithSpec(certv1ac.ClusterTrustBundleSpec().WithSignerName(d.signer).WithTrustBundle(d.pem))
 		got, err := api.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: v1alpha1.FieldManagerTrustPublisher, Force: true})
 		if err != nil {
@@ -141,6 +146,11 @@ func matches(b *certv1.ClusterTrustBundle, d desiredBundle) bool {
 	}
 	for k, v := range d.labels {
 		if b.Labels[k] != v {
+			return false
+		}
+	}
+	for k, v := range d.annotations {
+		if b.Annotations[k] != v {
 			return false
 		}
 	}

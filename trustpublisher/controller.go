@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyward/keyward/internal/workers"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	phaserecord "github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
@@ -31,8 +32,8 @@ import (
 // ManagedByLabel and ManagedByValue mark the ClusterTrustBundles the trust
 // publisher owns; its informer watches only those.
 const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedByValue = "keyward"
+	ManagedByLabel = phaserecord.ManagedByLabel
+	ManagedByValue = phaserecord.ManagedByValue
 )
 
 // Event reasons recorded on an Authority.
@@ -112,6 +113,12 @@ type Controller struct {
 	// act on a state the controller itself has already moved past (and,
 	// say, report an override twice), so it waits for the watch instead.
 	staleRV map[string]string
+	// pending: per Authority, the phases this controller last applied
+	// (by generation), which its record on the bundles may not hold yet.
+	pending map[string]map[string]phaserecord.Entry
+	// reported: per Authority, the findings already reported, by
+	// generation (record.Verify), so each is reported once.
+	reported map[string]map[string]string
 }
 
 // New validates opts and builds a Controller. It starts nothing.
@@ -173,6 +180,8 @@ func newController(opts Options, w authorityWriter, authorities cache.SharedInde
 		publishErr: map[string]publishFailure{},
 		syncErr:    map[string]string{},
 		staleRV:    map[string]string{},
+		pending:    map[string]map[string]phaserecord.Entry{},
+		reported:   map[string]map[string]string{},
 	}
 }
 

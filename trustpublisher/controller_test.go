@@ -183,7 +183,7 @@ func (h *harness) keyReady(gen string) {
 	a := h.authority()
 	for i := range a.Status.Generations {
 		if a.Status.Generations[i].Name == gen {
-			a.Status.Generations[i].KeyCheck = &v1alpha1.KeyCheck{Ready: true}
+			a.Status.Generations[i].KeyCheck = readyCheck(a, gen)
 		}
 	}
 	if err := h.w.store.Update(a); err != nil {
@@ -196,7 +196,7 @@ func bootstrapped(t *testing.T) (*v1alpha1.Authority, *testCA, *testCA) {
 	f := newFixture(time.Minute, 30*time.Second)
 	f.a.Generation = 1
 	f.gen("old", old, v1alpha1.PhaseActive, "", time.Time{})
-	f.a.Status.Generations = []v1alpha1.GenerationStatus{{Name: "old", KeyCheck: &v1alpha1.KeyCheck{Ready: true}}}
+	f.a.Status.Generations = []v1alpha1.GenerationStatus{{Name: "old", KeyCheck: readyCheck(f.a, "old")}}
 	return f.a, old, next
 }
 

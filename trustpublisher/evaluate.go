@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -310,6 +311,8 @@ func (e *evaluation) keyNotReady(g v1alpha1.Generation) []closed {
 	switch {
 	case st == nil || st.KeyCheck == nil:
 		return []closed{{gate: v1alpha1.GateKeyNotReady, message: "the signer has not reported on the key yet (status keyCheck)"}}
+	case !record.Checks(st.KeyCheck, g):
+		return []closed{{gate: v1alpha1.GateKeyNotReady, message: "the signer's keyCheck names another keyURI or certificate than spec's (checked before an edit); waiting for it to check this one"}}
 	case !st.KeyCheck.Ready:
 		return []closed{{gate: v1alpha1.GateKeyNotReady, message: "the signer cannot use the key: " + orDash(st.KeyCheck.Message)}}
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	phaserecord "github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -89,7 +90,7 @@ func (f *fixture) status(name string) *v1alpha1.GenerationStatus {
 }
 
 func (f *fixture) keyReady(name string) *fixture {
-	f.status(name).KeyCheck = &v1alpha1.KeyCheck{Ready: true}
+	f.status(name).KeyCheck = readyCheck(f.a, name)
 	return f
 }
 
@@ -366,4 +367,15 @@ func TestPlanApplyKeepsTheSignersFields(t *testing.T) {
 	if f.a.Status.Generations[0].Phase != v1alpha1.PhaseActive {
 		t.Error("Apply changed its input")
 	}
+}
+
+// readyCheck is the keyCheck the signer writes for a's generation name
+// when its key is ready: it names the keyURI and certificate it checked.
+func readyCheck(a *v1alpha1.Authority, name string) *v1alpha1.KeyCheck {
+	for _, g := range a.Spec.Generations {
+		if g.Name == name {
+			return &v1alpha1.KeyCheck{Ready: true, KeyURI: g.KeyURI, CertificateDigest: phaserecord.CertificateDigest(g)}
+		}
+	}
+	return &v1alpha1.KeyCheck{Ready: true}
 }

@@ -21,6 +21,7 @@ type metrics struct {
 	caNotAfter  *prometheus.GaugeVec
 	leadTime    *prometheus.GaugeVec
 	held        *prometheus.GaugeVec
+	foreign     *prometheus.CounterVec
 
 	mu      sync.Mutex
 	signers map[string]string // Authority name → signer name
@@ -52,10 +53,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "keyward_trust_step_held_seconds",
 			Help: "Seconds a generation has sat in its observed phase while a gate holds it from the phase its spec asks for, by the gate that holds it now, as of the latest sync.",
 		}, []string{"signer", "generation", "phase", "gate"}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyward_trust_foreign_phases_total",
+			Help: "Status phases of a CA generation that the trust publisher did not move (reason PhaseNotOurs), or that were reached with another certificate (CertificateChanged), found and not acted on.",
+		}, []string{"signer", "generation", "reason"}),
 		signers: map[string]string{},
 	}
 	if reg == nil {
 		return m, nil
+	}
+	if err := reg.Register(m.foreign); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, fmt.Errorf("registering trust publisher metrics: %w", err)
+		}
+		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+		if !ok {
+			return nil, fmt.Errorf("registering trust publisher metrics: %w", err)
+		}
+		m.foreign = existing
 	}
 	for _, v := range []**prometheus.GaugeVec{&m.phase, &m.bundleGen, &m.gateSeconds, &m.caNotAfter, &m.leadTime, &m.held} {
 		err := reg.Register(*v)
@@ -151,6 +167,11 @@ func rotationLeadTime(a *v1alpha1.Authority, now time.Time) time.Duration {
 func RegisterMetrics(reg prometheus.Registerer) error {
 	_, err := newMetrics(reg)
 	return err
+}
+
+// foreignPhase counts one finding of record.Verify.
+func (m *metrics) foreignPhase(signer, generation, reason string) {
+	m.foreign.WithLabelValues(signer, generation, reason).Inc()
 }
 
 // forget drops the series of a deleted Authority.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -146,31 +147,46 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	now := c.clock.Now()
 
+	// Only the phases the trust publisher itself moved count (its record
+	// on the bundles, or its own latest write); any other is reported and
+	// left out of everything below.
+	rec, err := record.Lookup(c.bundleGetter, a)
+	if err != nil {
+		return fmt.Errorf("reading the phase record of Authority %s: %w", name, err)
+	}
+	pending := c.pendingOf(name)
+	findings := record.Verify(a, rec, pending)
+	c.reportFindings(ctx, a, findings)
+	work := trustedCopy(a, rec, pending)
+
 	// Canary health first: its condition is an input of the gates.
-	work := a.DeepCopy()
 	health, healthEvery := c.checkHealth(ctx, work, now)
 	parsed := parsedGenerations{} // of a.Spec, which work, next and reportOverride's copy share
+	holdChanged(a, rec, pending, parsed)
 	plan := evaluate(work, now, parsed)
 	next := plan.Apply(work, now)
 	setSoakBaselines(next, health)
 
 	// Status first: the observed phases lead, the bundles follow them.
 	canary, live := bundleContents(next, parsed.certs)
+	newRec := recordOf(next, rec, record.Changed(a, rec, pending))
 	desired := []desiredBundle{
-		c.desiredBundle(next, v1alpha1.BundleCanary, canary),
-		c.desiredBundle(next, v1alpha1.BundleLive, live),
+		c.desiredBundle(next, v1alpha1.BundleCanary, canary, newRec),
+		c.desiredBundle(next, v1alpha1.BundleLive, live, newRec),
 	}
 	for i := range desired {
 		desired[i].status = bundleStatusBefore(a, desired[i])
 	}
 	fail := c.failure(name)
 	want := c.compose(next, plan, desired, fail, now)
+	setProvenance(&want, a, findings, now)
 	if !sameStatus(ownOf(a), want) {
 		got, err := c.writer.ApplyStatus(ctx, name, want, v1alpha1.FieldManagerTrustPublisher)
 		if err != nil {
 			return fmt.Errorf("applying the status of Authority %s: %w", name, err)
 		}
 		c.wrote(a, got)
+		c.setPending(name, newRec)
 		logger.V(2).Info("Applied Authority status", "plan", planSummary(plan))
 	}
 	c.reportOverride(ctx, a, plan, parsed, now)
@@ -192,6 +208,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		desired[i].status = bundleStatusAfter(desired[i].status, published[i].err == nil, now)
 	}
 	after := c.compose(next, plan, desired, fail, now)
+	setProvenance(&after, a, findings, now)
 	if !sameStatus(want, after) {
 		got, err := c.writer.ApplyStatus(ctx, name, after, v1alpha1.FieldManagerTrustPublisher)
 		if err != nil {
@@ -361,7 +378,7 @@ func (c *Controller) compose(next *v1alpha1.Authority, plan Plan, bundles []desi
 	switch {
 	case active == nil:
 		set(v1alpha1.ConditionReady, false, ReasonNoActiveGeneration, "no generation is Active: nothing can be issued")
-	case active.KeyCheck == nil || !active.KeyCheck.Ready:
+	case active.KeyCheck == nil || !active.KeyCheck.Ready || !checksSpec(next, active):
 		msg := "the signer has not reported generation " + active.Name + "'s key ready"
 		if active.KeyCheck != nil && active.KeyCheck.Message != "" {
 			msg += ": " + active.KeyCheck.Message
@@ -458,6 +475,8 @@ func (c *Controller) forget(name string) {
 	delete(c.health, name)
 	delete(c.publishErr, name)
 	delete(c.staleRV, name)
+	delete(c.pending, name)
+	delete(c.reported, name)
 	c.mu.Unlock()
 	c.metrics.forget(name)
 }
@@ -472,4 +491,15 @@ func planSummary(p Plan) string {
 		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checksSpec: st's keyCheck names its generation's current keyURI and
+// certificate in a's spec.
+func checksSpec(a *v1alpha1.Authority, st *v1alpha1.GenerationStatus) bool {
+	for _, g := range a.Spec.Generations {
+		if g.Name == st.Name {
+			return record.Checks(st.KeyCheck, g)
+		}
+	}
+	return false
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
@@ -696,7 +697,7 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 			k.noRetry = true
 			msg = "not retried (a refused PIN counts toward the token's lockout): fix the pin-source, then restart the signer or change the key URI: " + msg
 		}
-		k.check = v1alpha1.KeyCheck{Message: kubemsg.Truncate(msg, maxKeyCheckMessage)}
+		k.check = named(v1alpha1.KeyCheck{Message: kubemsg.Truncate(msg, maxKeyCheckMessage)}, g)
 		return k
 	}
 	k.key = key
@@ -704,8 +705,19 @@ func (s *signerGens) open(ctx context.Context, g v1alpha1.Generation) *genKey {
 	return k
 }
 
+// named is kc naming what was checked: g's keyURI and certificate.
+func named(kc v1alpha1.KeyCheck, g v1alpha1.Generation) v1alpha1.KeyCheck {
+	kc.KeyURI, kc.CertificateDigest = g.KeyURI, record.CertificateDigest(g)
+	return kc
+}
+
 // build parses g's certificate and chain and checks them against key.
 func build(g v1alpha1.Generation, key backends.Signer) (*authority.Authority, v1alpha1.KeyCheck) {
+	auth, kc := check(g, key)
+	return auth, named(kc, g)
+}
+
+func check(g v1alpha1.Generation, key backends.Signer) (*authority.Authority, v1alpha1.KeyCheck) {
 	fail := func(err error) (*authority.Authority, v1alpha1.KeyCheck) {
 		return nil, v1alpha1.KeyCheck{KeyVersion: key.KeyVersion(), Message: kubemsg.Truncate(fmt.Sprintf("generation %s: %v", g.Name, err), maxKeyCheckMessage)}
 	}
@@ -767,7 +779,7 @@ func (s *signerGens) updateChecks(ctx context.Context, a *v1alpha1.Authority, ke
 		k := s.keys[name]
 		kc := k.check
 		old, ok := s.checks[name]
-		if ok && old.Ready == kc.Ready && old.Message == kc.Message && old.KeyVersion == kc.KeyVersion {
+		if ok && sameCheck(old, kc) {
 			continue
 		}
 		now := metav1.NewTime(s.m.opts.Clock.Now().Truncate(time.Second))
@@ -810,11 +822,16 @@ func sameChecks(a, b map[string]v1alpha1.KeyCheck) bool {
 	}
 	for n, x := range a {
 		y, ok := b[n]
-		if !ok || x.Ready != y.Ready || x.Message != y.Message || x.KeyVersion != y.KeyVersion {
+		if !ok || !sameCheck(x, y) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameCheck compares two keyChecks without their Time.
+func sameCheck(x, y v1alpha1.KeyCheck) bool {
+	return x.Ready == y.Ready && x.Message == y.Message && x.KeyVersion == y.KeyVersion && x.KeyURI == y.KeyURI && x.CertificateDigest == y.CertificateDigest
 }
 
 func later(a, b time.Time) time.Time {

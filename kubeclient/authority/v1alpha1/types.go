@@ -34,7 +34,7 @@ const (
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.generations[?(@.phase=="Active")].name`,description="The generation whose key issues, as observed"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.generations) || oldSelf.status.generations.all(s, !has(s.phase) || s.phase == 'Retired' || (has(self.spec.generations) && self.spec.generations.exists(g, g.name == s.name)))",message="a generation can be removed only after status shows it Retired: its root is still in a trust bundle"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.generations) || !has(oldSelf.spec.generations) || !has(self.spec.generations) || oldSelf.status.generations.all(s, !has(s.phase) || !(s.phase in ['Promoted', 'Active', 'Retiring']) || !has(s.lastIssuedNotAfter) || self.spec.generations.all(g, g.name != s.name || oldSelf.spec.generations.all(o, o.name != s.name || (g.keyURI == o.keyURI && g.certificatePEM == o.certificatePEM))))",message="the keyURI and certificatePEM of a generation whose key has signed (status lastIssuedNotAfter) and whose root is in the live bundle (status Promoted, Active or Retiring) cannot change: add a new generation instead"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.generations) || !has(oldSelf.spec.generations) || !has(self.spec.generations) || oldSelf.status.generations.all(s, !has(s.phase) || !(s.phase in ['Staged', 'Promoted', 'Active', 'Retiring']) || self.spec.generations.all(g, g.name != s.name || oldSelf.spec.generations.all(o, o.name != s.name || (g.keyURI == o.keyURI && g.certificatePEM == o.certificatePEM))))",message="the keyURI and certificatePEM of a generation whose root is in a trust bundle (status Staged, Promoted, Active or Retiring) cannot change: a new root is a new generation (add one; retire this one)"
 type Authority struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -278,6 +278,19 @@ type KeyCheck struct {
 	// time is when the signer last checked.
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
+
+	// keyURI is the spec keyURI the signer checked. A keyCheck counts
+	// for the KeyNotReady gate only while it names the generation's
+	// current keyURI and certificateDigest.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	KeyURI string `json:"keyURI,omitempty"`
+
+	// certificateDigest is the hex SHA-256 of the certificatePEM and
+	// chainPEM the signer checked the key against (record.CertificateDigest).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CertificateDigest string `json:"certificateDigest,omitempty"`
 }
 
 // BundleStatus is what the controller published in one ClusterTrustBundle.
