@@ -261,7 +261,7 @@ func approverRules(a *ApproverInput) []rule {
 		r("Read the CertificateSigningRequests it decides (informer).", l(certificates), l("certificatesigningrequests"), nil, l("get", "list", "watch")),
 		r("Write the Approved or Denied condition; never the spec or /status (where certificates go).", l(certificates), l("certificatesigningrequests/approval"), nil, l("update")),
 		r("kube-apiserver lets only an identity with `approve` on the exact signer name approve for it: the names it decides.", l(certificates), l("signers"), sortedUnique(a.Signers), l("approve")),
-		r("A kubelet serving CSR's SANs are checked against its Node's status.addresses.", l(""), l("nodes"), nil, l("get")),
+		r("Node cache (informer): a kubelet serving or nodeBound CSR's SANs are checked against its Node's status.addresses and every other Node's (no Node writes).", l(""), l("nodes"), nil, l("list", "watch")),
 		r("Kubelet client CSRs are approved when the requester may create certificatesigningrequests/nodeclient or selfnodeclient (as kube-controller-manager's csrapproving does).", l("authorization.k8s.io"), l("subjectaccessreviews"), nil, l("create")),
 		r("Events on the CSRs it approves or denies.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
 	}

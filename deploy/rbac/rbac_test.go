@@ -51,7 +51,8 @@ func TestFromSignerConfigSplitsNamesByProfile(t *testing.T) {
 			{Name: "keyward.dev/mesh", Profile: config.ProfileSPIFFE},
 			{Name: "keyward.dev/node-daemons", Profile: config.ProfileCSR, Approval: &config.Approval{Groups: []string{"system:nodes"}}},
 			{Name: "keyward.dev/batch", Profile: config.ProfileCSR},
-			{Name: "kubernetes.io/kubelet-serving", Profile: config.ProfileKubeletServing},
+			{Name: "kubernetes.io/kubelet-serving", Profile: config.ProfileKubeletServing, Approval: &config.Approval{}},
+			{Name: "kubernetes.io/kube-apiserver-client-kubelet", Profile: config.ProfileKubeAPIServerClientKubelet},
 		},
 		TrustPublisher: config.TrustPublisher{Enabled: &off},
 	}
@@ -59,7 +60,7 @@ func TestFromSignerConfigSplitsNamesByProfile(t *testing.T) {
 	if want := []string{"keyward.dev/pod-identity", "keyward.dev/mesh"}; !slices.Equal(got.PCRSigners, want) {
 		t.Errorf("PCRSigners %v, want %v", got.PCRSigners, want)
 	}
-	if want := []string{"keyward.dev/node-daemons", "keyward.dev/batch", "kubernetes.io/kubelet-serving"}; !slices.Equal(got.CSRSigners, want) {
+	if want := []string{"keyward.dev/node-daemons", "keyward.dev/batch", "kubernetes.io/kubelet-serving", "kubernetes.io/kube-apiserver-client-kubelet"}; !slices.Equal(got.CSRSigners, want) {
 		t.Errorf("CSRSigners %v, want %v", got.CSRSigners, want)
 	}
 	if got.TrustPublisher {
@@ -69,8 +70,12 @@ func TestFromSignerConfigSplitsNamesByProfile(t *testing.T) {
 		t.Errorf("LeaseName %q, want %q", got.LeaseName, SignerName)
 	}
 	ap := ApproverFromSignerConfig(cfg)
-	if want := []string{"keyward.dev/node-daemons", "kubernetes.io/kubelet-serving"}; !slices.Equal(ap.Signers, want) {
+	if want := []string{"keyward.dev/node-daemons", "kubernetes.io/kubelet-serving", "kubernetes.io/kube-apiserver-client-kubelet"}; !slices.Equal(ap.Signers, want) {
 		t.Errorf("approver names %v, want %v (csr names without approval are not its)", ap.Signers, want)
+	}
+	cfg.Signers[4].Approval = nil
+	if ap := ApproverFromSignerConfig(cfg); slices.Contains(ap.Signers, "kubernetes.io/kubelet-serving") {
+		t.Errorf("approver names %v include kubernetes.io/kubelet-serving without an approval section (auto-approval of serving CSRs is opt-in)", ap.Signers)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	certinformers "k8s.io/client-go/informers/certificates/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -67,13 +68,14 @@ type Options struct {
 }
 
 // Approves reports whether the approver acts on CSRs for s: the kubelet
-// client and serving names always, a csr name only with an approval
-// section; never kubernetes.io/kube-apiserver-client.
+// client name always; the kubelet serving name and a csr name only with
+// an approval section (kube-controller-manager never approves serving
+// CSRs: approving them is opt-in); never kubernetes.io/kube-apiserver-client.
 func Approves(s config.Signer) bool {
 	switch s.Profile {
-	case config.ProfileKubeAPIServerClientKubelet, config.ProfileKubeletServing:
+	case config.ProfileKubeAPIServerClientKubelet:
 		return true
-	case config.ProfileCSR:
+	case config.ProfileKubeletServing, config.ProfileCSR:
 		return s.Approval != nil
 	}
 	return false
@@ -88,14 +90,36 @@ type rules struct {
 
 type queueKey struct{ signer, name string }
 
+// ReasonNotAutoApproved is the Event reason of a CSR left for a human:
+// nothing proves it bad, nothing proves its names the requester's.
+const ReasonNotAutoApproved = "NotAutoApproved"
+
+// requesterIndex indexes CSRs by spec.username, so a Node's change looks
+// again at its node's undecided CSRs.
+const requesterIndex = "requester"
+
+func indexRequester(obj any) ([]string, error) {
+	if c, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
+		return []string{c.Spec.Username}, nil
+	}
+	return nil, nil
+}
+
 // Controller approves CSRs. Build it with New, run it with Run.
 type Controller struct {
 	opts  Options
 	rules map[string]*rules
 	queue workqueue.TypedRateLimitingInterface[queueKey]
 
+	// nodeInformer (nil when no rule reads Nodes) feeds nodes.
+	nodeInformer cache.SharedIndexInformer
+	nodes        nodeCache
+
 	synced atomic.Bool
 	mu     sync.Mutex
+	// held is the message a CSR left for a human was told with, so each
+	// is said once (and again only if the reason changes).
+	held map[queueKey]string
 	// told holds what was already said at default verbosity: a refused
 	// grant per signer name and refusal, an unauthorized CSR per name.
 	told map[string]bool
@@ -173,7 +197,22 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.rules[s.Name] = r
 	}
+	// Run starts it only if a rule reads Nodes; no resync: Node events
+	// requeue their node's CSRs.
+	c.nodeInformer = coreinformers.NewNodeInformer(opts.Client, 0, cache.Indexers{nodeIPIndex: indexNodeIPs})
+	c.nodes = nodeCache{store: c.nodeInformer.GetIndexer()}
 	return c, nil
+}
+
+// readsNodes reports whether a rule looks at Nodes: kubelet serving, and
+// nodeBound csr names (IP SANs).
+func (c *Controller) readsNodes() bool {
+	for _, r := range c.rules {
+		if r.serving != nil || r.custom != nil && r.custom.nodeBound {
+			return true
+		}
+	}
+	return false
 }
 
 // SignerNames are the names the controller approves for.
@@ -206,18 +245,29 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	var syncs []cache.InformerSynced
 	for name, r := range c.rules {
-		r.informer = certinformers.NewFilteredCertificateSigningRequestInformer(c.opts.Client, 0, cache.Indexers{},
+		r.informer = certinformers.NewFilteredCertificateSigningRequestInformer(c.opts.Client, 0, cache.Indexers{requesterIndex: indexRequester},
 			func(o *metav1.ListOptions) {
 				o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
 			})
 		if _, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.enqueue(name, obj) },
 			UpdateFunc: func(_, obj any) { c.enqueue(name, obj) },
+			DeleteFunc: func(obj any) { c.forgetHeld(name, obj) },
 		}); err != nil {
 			return fmt.Errorf("watching CSRs for %s: %w", name, err)
 		}
 		go r.informer.Run(ctx.Done())
 		syncs = append(syncs, r.informer.HasSynced)
+	}
+	if c.readsNodes() {
+		if _, err := c.nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.nodeChanged(obj) },
+			UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
+		}); err != nil {
+			return fmt.Errorf("watching Nodes: %w", err)
+		}
+		go c.nodeInformer.Run(ctx.Done())
+		syncs = append(syncs, c.nodeInformer.HasSynced)
 	}
 	logger.Info("Waiting for caches", "signers", c.SignerNames())
 	workers.RunSynced(ctx, syncs, func() {
@@ -233,6 +283,60 @@ func (c *Controller) enqueue(signer string, obj any) {
 		return
 	}
 	c.queue.Add(queueKey{signer: signer, name: csr.Name})
+}
+
+// nodeChanged looks again at the undecided CSRs the Node's node asked
+// for: its addresses (or its existence) may decide them now.
+func (c *Controller) nodeChanged(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	for name, r := range c.rules {
+		if r.informer == nil || r.serving == nil && (r.custom == nil || !r.custom.nodeBound) {
+			continue
+		}
+		objs, _ := r.informer.GetIndexer().ByIndex(requesterIndex, nodeUserPrefix+n.Name)
+		for _, o := range objs {
+			c.enqueue(name, o)
+		}
+	}
+}
+
+// forgetHeld forgets what was told of a deleted CSR.
+func (c *Controller) forgetHeld(signer string, obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
+		c.mu.Lock()
+		delete(c.held, queueKey{signer: signer, name: csr.Name})
+		c.mu.Unlock()
+	}
+}
+
+// leave leaves a CSR for a human: said once per CSR and message at the
+// default verbosity, as a NotAutoApproved Event and in the decisions
+// metric (outcome "held").
+func (c *Controller) leave(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d *denial) error {
+	key := queueKey{signer: csr.Spec.SignerName, name: csr.Name}
+	msg := kubemsg.Truncate("Not approved automatically, left for a human to approve or deny: "+d.message, kubemsg.MaxEventMessage)
+	c.mu.Lock()
+	if c.held == nil {
+		c.held = map[queueKey]string{}
+	}
+	told := c.held[key] == msg
+	c.held[key] = msg
+	c.mu.Unlock()
+	if told {
+		return nil
+	}
+	c.opts.Metrics.Decisions.WithLabelValues(csr.Spec.SignerName, "held", d.reason).Inc()
+	klog.FromContext(ctx).Info("CSR left for a human", "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", d.reason, "message", msg)
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Event(csr, corev1.EventTypeWarning, ReasonNotAutoApproved, msg)
+	}
+	return nil
 }
 
 // waitError asks for the key to be looked at again after a fixed time.
@@ -268,7 +372,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		// name (at default verbosity) and look again at a steady pace.
 		if c.tellOnce("forbidden/" + key.signer) {
 			klog.FromContext(ctx).Error(err, "The apiserver refused the approver: grant its identity approve on certificates.k8s.io signers "+key.signer+
-				", update on certificatesigningrequests/approval, get on nodes and create on subjectaccessreviews (keyward deploy rbac --approver renders them from the signer configuration; deploy/kustomize/base/rbac.yaml)",
+				", update on certificatesigningrequests/approval, list and watch on nodes and create on subjectaccessreviews (keyward deploy rbac --approver renders them from the signer configuration; deploy/kustomize/base/rbac.yaml)",
 				"signer", key.signer, "csr", key.name)
 		}
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
@@ -359,7 +463,7 @@ func (c *Controller) syncCustom(ctx context.Context, r *customRules, csr *certif
 		if node == nil {
 			return err
 		}
-		if d := nodeIPs(req, node); d != nil {
+		if d := nodeIPs(req, node, c.nodes, r.trustedManagers); d != nil {
 			return c.write(ctx, csr, false, d.reason, d.message)
 		}
 	}
@@ -370,16 +474,13 @@ func (c *Controller) syncCustom(ctx context.Context, r *customRules, csr *certif
 // a waitError until Options.NodeWait after the CSR's creation, then writes
 // the NodeNotFound denial; either way the Node is nil.
 func (c *Controller) getNode(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, nodeName string) (*corev1.Node, error) {
-	node, err := c.opts.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	node, ok := c.nodes.get(nodeName)
+	if !ok {
 		waited := c.opts.Clock.Since(csr.CreationTimestamp.Time)
 		if waited >= c.opts.NodeWait {
 			return nil, c.write(ctx, csr, false, ReasonNodeNotFound, fmt.Sprintf("Node %s does not exist (waited %s after the CSR was created)", nodeName, c.opts.NodeWait))
 		}
-		return nil, &waitError{after: min(10*time.Second, c.opts.NodeWait-waited), err: fmt.Errorf("getting Node %s: %w", nodeName, err)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting Node %s: %w", nodeName, err)
+		return nil, &waitError{after: min(10*time.Second, c.opts.NodeWait-waited), err: fmt.Errorf("Node %s does not exist yet", nodeName)}
 	}
 	return node, nil
 }
@@ -454,10 +555,13 @@ func (c *Controller) syncKubeletServing(ctx context.Context, r *servingRules, cs
 	if node == nil {
 		return err
 	}
-	if d := r.servingSANs(req, node); d != nil {
+	if d := r.servingSANs(req, node, c.nodes); d != nil {
+		if d.hold {
+			return c.leave(ctx, csr, d)
+		}
 		return c.write(ctx, csr, false, d.reason, d.message)
 	}
-	return c.write(ctx, csr, true, ReasonAutoApproved, fmt.Sprintf("Approved by keyward: requested by node %s itself, every subjectAltName is among Node %s's status.addresses", nodeName, nodeName))
+	return c.write(ctx, csr, true, ReasonAutoApproved, fmt.Sprintf("Approved by keyward: requested by node %s itself; every DNS subjectAltName is its name or its name under approval.allowedDNSSuffixes, every IP one of Node %s's addresses in approval.allowedIPRanges and of no other Node", nodeName, nodeName))
 }
 
 // write adds the Approved or Denied condition through the approval

@@ -142,7 +142,7 @@ func testSigners() []config.Signer {
 	return []config.Signer{
 		{Name: kubeletClientName, Profile: config.ProfileKubeAPIServerClientKubelet},
 		{Name: kubeletServingName, Profile: config.ProfileKubeletServing,
-			Approval: &config.Approval{AllowedDNSSuffixes: []string{"example.com", "n1"}, AllowedIPRanges: []string{"10.0.0.0/8"}}},
+			Approval: &config.Approval{AllowedDNSSuffixes: []string{"nodes.example.com"}, AllowedIPRanges: []string{"10.0.0.0/8"}}},
 		{Name: "example.com/node-daemons", Profile: config.ProfileCSR,
 			CSR: &config.CSRPolicy{TrustDistribution: "CTB", CommonNames: []string{"*.n1.daemons.example.com"}, Organizations: []string{"daemons"},
 				DNSNames: []string{"*.n1.daemons.example.com"}, IPRanges: []string{"192.168.0.0/16"}, URIs: []string{"spiffe://example.com/*"},
@@ -153,13 +153,18 @@ func testSigners() []config.Signer {
 				DNSNames: []string{"*.daemons.example.com"}, IPRanges: []string{"10.0.0.0/8"}, URIs: []string{"spiffe://example.com/node/*"},
 				KeyUsages: []string{"digital signature", "client auth"}},
 			Approval: &config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}},
+		{Name: "example.com/nested", Profile: config.ProfileCSR,
+			CSR: &config.CSRPolicy{TrustDistribution: "CTB", CommonNames: []string{"*.b.example.com", "*.example.com"},
+				DNSNames: []string{"*.b.example.com", "*.example.com"}, KeyUsages: []string{"digital signature", "client auth"}},
+			Approval: &config.Approval{Groups: []string{"system:nodes"}, NodeBound: true}},
 		{Name: "example.com/unapproved", Profile: config.ProfileCSR, CSR: &config.CSRPolicy{TrustDistribution: "CTB", KeyUsages: []string{"client auth"}}},
 		{Name: "kubernetes.io/kube-apiserver-client", Profile: config.ProfileKubeAPIServerClient},
 	}
 }
 
-// newTestController builds a controller on a fake clientset that holds
-// Node n1; the SubjectAccessReviews allow exactly grants[user] subresources.
+// newTestController builds a controller on a fake clientset whose Node
+// cache holds n1, n2 (10.0.0.6), b and n1.b; the SubjectAccessReviews
+// allow exactly grants[user] subresources.
 func newTestController(t *testing.T, grants map[string][]string) (*Controller, *fake.Clientset, *[]string) {
 	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
@@ -169,7 +174,7 @@ func newTestController(t *testing.T, grants map[string][]string) (*Controller, *
 		{Type: corev1.NodeExternalIP, Address: "203.0.113.5"},
 		{Type: corev1.NodeExternalDNS, Address: "n1.public.example.org"},
 	}}}
-	client := fake.NewClientset(node)
+	client := fake.NewClientset()
 	var reviews []string
 	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
@@ -188,6 +193,16 @@ func newTestController(t *testing.T, grants map[string][]string) (*Controller, *
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, n := range []*corev1.Node{node,
+		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeHostName, Address: "n2"}, {Type: corev1.NodeInternalIP, Address: "10.0.0.6"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1.b"}},
+	} {
+		if err := c.nodeInformer.GetIndexer().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return c, client, &reviews
 }
 
@@ -198,11 +213,13 @@ func TestDecisions(t *testing.T) {
 		naming  string // the message names this (a SAN, user, rule)
 		err     error  // errors.Is
 		wait    bool   // looked at again later (waitError)
+		held    string // left for a human with this reason
 	}
 	approved := want{outcome: certificatesv1.CertificateApproved, reason: ReasonAutoApproved}
 	denied := func(reason, naming string) want {
 		return want{outcome: certificatesv1.CertificateDenied, reason: reason, naming: naming}
 	}
+	held := func(reason, naming string) want { return want{held: reason, naming: naming} }
 	grants := map[string][]string{"system:node:n1": {"selfnodeclient"}, "system:bootstrap:abcdef": {"nodeclient"}}
 	cases := []struct {
 		name string
@@ -210,17 +227,29 @@ func TestDecisions(t *testing.T) {
 		want want
 	}{
 		{"a node's serving CSR for its own addresses is approved", servingCSR(nil), approved},
-		{"a serving CSR with an IP not on the Node is denied naming it", servingCSR(func(s *csrSpec) { s.ips = []string{"10.0.0.5", "10.9.9.9"} }),
-			denied(ReasonSANNotOnNode, "10.9.9.9")},
-		{"a serving CSR with a 64 KiB DNS name is denied with a message cut to 4 KiB", servingCSR(func(s *csrSpec) {
+		{"a serving CSR with an IP on no Node is left for a human naming it", servingCSR(func(s *csrSpec) { s.ips = []string{"10.0.0.5", "10.9.9.9"} }),
+			held(ReasonSANNotOnNode, "10.9.9.9")},
+		{"a serving CSR with a 64 KiB DNS name is left for a human", servingCSR(func(s *csrSpec) {
 			s.dns = []string{strings.Repeat("a", 64<<10) + ".example.com"}
-		}), denied(ReasonSANNotOnNode, "truncated")},
-		{"a serving CSR with a DNS name not on the Node is denied naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n1", "evil.example.com"} }),
-			denied(ReasonSANNotOnNode, "evil.example.com")},
-		{"a serving CSR with a Node address outside the allowed ranges is denied naming it", servingCSR(func(s *csrSpec) { s.ips = []string{"203.0.113.5"} }),
-			denied(ReasonSANNotAllowed, "203.0.113.5")},
-		{"a serving CSR with a Node name outside the allowed suffixes is denied naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n1.public.example.org"} }),
-			denied(ReasonSANNotAllowed, "n1.public.example.org")},
+		}), held(ReasonSANNotAllowed, "aaaa")},
+		{"a serving CSR with a DNS name that is not the node's is left for a human naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n1", "evil.example.com"} }),
+			held(ReasonSANNotAllowed, "evil.example.com")},
+		{"a serving CSR with a Node address outside the allowed ranges is left for a human naming it", servingCSR(func(s *csrSpec) { s.ips = []string{"203.0.113.5"} }),
+			held(ReasonSANNotAllowed, "203.0.113.5")},
+		{"a serving CSR with a Node DNS address outside the allowed suffixes is left for a human naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n1.public.example.org"} }),
+			held(ReasonSANNotAllowed, "n1.public.example.org")},
+		{"a serving CSR naming a wildcard is denied naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n1", "*.nodes.example.com"} }),
+			denied(ReasonSANNotAllowed, "*.nodes.example.com")},
+		{"a serving CSR with a star inside a label is denied naming it", servingCSR(func(s *csrSpec) { s.dns = []string{"n*.nodes.example.com"} }),
+			denied(ReasonSANNotAllowed, "n*.nodes.example.com")},
+		{"a serving CSR for another node's name under the suffix is denied naming that node", servingCSR(func(s *csrSpec) { s.dns = []string{"n1", "N2.nodes.example.com"} }),
+			denied(ReasonSANNotAllowed, "Node n2")},
+		{"a serving CSR for another node's bare name is denied naming that node", servingCSR(func(s *csrSpec) { s.dns = []string{"n2"} }),
+			denied(ReasonSANNotAllowed, "Node n2")},
+		{"a serving CSR for another node's IP is denied naming that node", servingCSR(func(s *csrSpec) { s.ips = []string{"10.0.0.5", "10.0.0.6"} }),
+			denied(ReasonSANNotAllowed, "10.0.0.6 is an address of Node n2")},
+		{"a serving CSR denies another node's IP before it holds an unproven name", servingCSR(func(s *csrSpec) { s.dns, s.ips = []string{"evil.example.com"}, []string{"10.0.0.6"} }),
+			denied(ReasonSANNotAllowed, "Node n2")},
 		{"a serving CSR requested by another node is denied", servingCSR(func(s *csrSpec) { s.user = "system:node:n2" }),
 			denied(ReasonRequesterNotAllowed, "system:node:n2")},
 		{"a serving CSR requested outside group system:nodes is denied", servingCSR(func(s *csrSpec) { s.groups = []string{"system:authenticated"} }),
@@ -319,6 +348,17 @@ func TestDecisions(t *testing.T) {
 		{"a node-bound CSR with an IP from a Node that does not exist yet is looked at again", nodeBoundCSR(func(s *csrSpec) {
 			s.user, s.subject.CommonName, s.dns, s.uris = "system:node:n9", "n9.daemons.example.com", nil, nil
 		}), want{wait: true}},
+		{"a nested node-bound CSR: node n1 fills * in *.b.example.com as one label and is approved", nodeBoundCSR(func(s *csrSpec) {
+			s.signer, s.subject.CommonName, s.dns, s.ips, s.uris = "example.com/nested", "n1.b.example.com", []string{"n1.b.example.com"}, nil, nil
+		}), approved},
+		{"a nested node-bound CSR: node b obtains b.example.com", nodeBoundCSR(func(s *csrSpec) {
+			s.signer, s.user, s.subject.CommonName, s.dns, s.ips, s.uris = "example.com/nested", "system:node:b", "b.example.com", []string{"b.example.com"}, nil, nil
+		}), approved},
+		{"a nested node-bound CSR: node n1.b does not obtain n1.b.example.com (node n1's name under *.b.example.com) through *.example.com", nodeBoundCSR(func(s *csrSpec) {
+			s.signer, s.user, s.subject.CommonName, s.dns, s.ips, s.uris = "example.com/nested", "system:node:n1.b", "n1.b.example.com", []string{"n1.b.example.com"}, nil, nil
+		}), denied(ReasonSubjectNotAllowed, "not one DNS label")},
+		{"a node-bound CSR for another node's IP is denied naming that node", nodeBoundCSR(func(s *csrSpec) { s.ips = []string{"10.0.0.6"} }),
+			denied(ReasonSANNotAllowed, "Node n2")},
 		{"a custom name without an approval section is never touched", customCSR("alice", func(s *csrSpec) { s.signer = "example.com/unapproved" }), want{}},
 		{"kube-apiserver-client CSRs are never touched", clientCSR("system:node:n1", func(s *csrSpec) { s.signer = "kubernetes.io/kube-apiserver-client" }), want{}},
 		{"a signer name not configured is never touched", customCSR("alice", func(s *csrSpec) { s.signer = "example.com/other" }), want{}},
@@ -366,6 +406,13 @@ func TestDecisions(t *testing.T) {
 				t.Fatal(err)
 			}
 			added := got.Status.Conditions[len(csr.Status.Conditions):]
+			if tc.want.held != "" {
+				msg := c.held[queueKey{signer: csr.Spec.SignerName, name: csr.Name}]
+				if len(added) > 0 || msg == "" || !strings.Contains(msg, tc.want.naming) {
+					t.Fatalf("conditions added %+v, held %q; want left for a human naming %q", added, msg, tc.want.naming)
+				}
+				return
+			}
 			if tc.want.outcome == "" {
 				if len(added) > 0 {
 					t.Fatalf("decided %+v, want undecided (reviews %v)", added, *reviews)

@@ -47,8 +47,13 @@ const (
 	nodesGroup     = "system:nodes"
 )
 
-// denial is a rule a request broke: a Denied condition's reason and message.
-type denial struct{ reason, message string }
+// denial is a rule a request broke: a Denied condition's reason and
+// message. A held one is not written: the CSR is left for a human
+// (Event NotAutoApproved), since nothing proves it bad, only unproven.
+type denial struct {
+	reason, message string
+	hold            bool
+}
 
 func (d *denial) Error() string { return d.reason + ": " + d.message }
 
@@ -56,10 +61,15 @@ func deny(reason, format string, args ...any) *denial {
 	return &denial{reason: reason, message: fmt.Sprintf(format, args...)}
 }
 
+func hold(reason, format string, args ...any) *denial {
+	return &denial{reason: reason, message: fmt.Sprintf(format, args...), hold: true}
+}
+
 // servingRules are the approval rules of the kubelet serving name.
 type servingRules struct {
-	dnsSuffixes []string
-	ipRanges    []netip.Prefix
+	dnsSuffixes     []string
+	ipRanges        []netip.Prefix
+	trustedManagers []string
 }
 
 func newServingRules(a *config.Approval) (*servingRules, error) {
@@ -67,7 +77,10 @@ func newServingRules(a *config.Approval) (*servingRules, error) {
 	if a == nil {
 		return r, nil
 	}
-	r.dnsSuffixes = a.AllowedDNSSuffixes
+	for _, s := range a.AllowedDNSSuffixes {
+		r.dnsSuffixes = append(r.dnsSuffixes, strings.ToLower(s))
+	}
+	r.trustedManagers = a.TrustedAddressManagers
 	for _, s := range a.AllowedIPRanges {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -84,6 +97,11 @@ func newServingRules(a *config.Approval) (*servingRules, error) {
 // system:node:, and that the requester is that node. It returns the node
 // name.
 func servingShape(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest) (string, *denial) {
+	for _, name := range req.DNSNames {
+		if strings.Contains(name, "*") {
+			return "", deny(ReasonSANNotAllowed, "DNS subjectAltName %q is a wildcard: a kubelet serving certificate never names one (it would let this node impersonate every kubelet it covers)", name)
+		}
+	}
 	if v := csrsigner.CheckKubeletServing(req, csr.Spec.Usages); v != nil {
 		return "", deny(ReasonInvalidRequest, "%s", v.Message)
 	}
@@ -98,44 +116,65 @@ func servingShape(csr *certificatesv1.CertificateSigningRequest, req *x509.Certi
 	return strings.TrimPrefix(cn, nodeUserPrefix), nil
 }
 
-// servingSANs checks every SAN against the Node's addresses and the
-// configured suffixes and ranges; the first offending SAN is named.
-func (r *servingRules) servingSANs(req *x509.CertificateRequest, node *corev1.Node) *denial {
-	var dns []string
-	for _, a := range node.Status.Addresses {
-		switch a.Type {
-		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
-			dns = append(dns, a.Address)
-		}
+// dnsOwners are the Nodes a DNS name is bound to: the Node of that name,
+// and the Node <label> when the name is <label>.<suffix> for an allowed
+// suffix. Node names are lower case; name must be too.
+func (r *servingRules) dnsOwners(name string) []string {
+	owners := []string{name}
+	if label, rest, ok := strings.Cut(name, "."); ok && slices.Contains(r.dnsSuffixes, rest) {
+		owners = append(owners, label)
 	}
-	ips := nodeAddrIPs(node)
-	for _, name := range req.DNSNames {
-		if !slices.ContainsFunc(dns, func(d string) bool { return strings.EqualFold(d, name) }) {
-			return deny(ReasonSANNotOnNode, "DNS subjectAltName %q is not a Hostname, InternalDNS or ExternalDNS address of Node %s", name, node.Name)
-		}
-		if len(r.dnsSuffixes) > 0 && !slices.ContainsFunc(r.dnsSuffixes, func(s string) bool { return dnsUnder(name, s) }) {
-			return deny(ReasonSANNotAllowed, "DNS subjectAltName %q is not under approval.allowedDNSSuffixes %v", name, r.dnsSuffixes)
-		}
-	}
+	return owners
+}
+
+// servingSANs checks every SAN of node's serving CSR. A SAN bound to
+// another Node (its name, <its name>.<suffix>, or an IP it lists) is
+// Denied; a SAN not proven the node's (not its name or <name>.<suffix>,
+// an IP outside allowedIPRanges or not among the Node's addresses as
+// approval.trustedAddressManagers count them) is held for a human. The
+// first offending SAN is named, denials before holds.
+func (r *servingRules) servingSANs(req *x509.CertificateRequest, node *corev1.Node, nodes nodeCache) *denial {
+	var ips []netip.Addr
 	for _, raw := range req.IPAddresses {
 		ip, ok := addrOf(raw)
 		if !ok {
 			return deny(ReasonInvalidRequest, "IP subjectAltName %v does not parse", raw)
 		}
-		if !slices.Contains(ips, ip) {
-			return deny(ReasonSANNotOnNode, "IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)
+		ips = append(ips, ip)
+	}
+	for _, name := range req.DNSNames {
+		lower := strings.ToLower(name)
+		for _, owner := range r.dnsOwners(lower) {
+			if _, exists := nodes.get(owner); exists && owner != node.Name {
+				return deny(ReasonSANNotAllowed, "DNS subjectAltName %q is bound to Node %s (its name, or its name under approval.allowedDNSSuffixes %v), not to the requesting Node %s", name, owner, r.dnsSuffixes, node.Name)
+			}
 		}
-		if len(r.ipRanges) > 0 && !slices.ContainsFunc(r.ipRanges, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-			return deny(ReasonSANNotAllowed, "IP subjectAltName %s is not in approval.allowedIPRanges %v", ip, r.ipRanges)
+	}
+	for _, ip := range ips {
+		if others := nodes.othersWithIP(ip, node.Name); len(others) > 0 {
+			return deny(ReasonSANNotAllowed, "IP subjectAltName %s is an address of Node %s, not only of the requesting Node %s", ip, strings.Join(others, ", "), node.Name)
+		}
+	}
+	for _, name := range req.DNSNames {
+		lower := strings.ToLower(name)
+		label, rest, _ := strings.Cut(lower, ".")
+		if lower != node.Name && (label != node.Name || !slices.Contains(r.dnsSuffixes, rest)) {
+			return hold(ReasonSANNotAllowed, "DNS subjectAltName %q is neither the node's name %s nor %s.<suffix> for approval.allowedDNSSuffixes %v", name, node.Name, node.Name, r.dnsSuffixes)
+		}
+	}
+	own := nodeAddrIPs(node, r.trustedManagers)
+	for _, ip := range ips {
+		if !slices.ContainsFunc(r.ipRanges, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			return hold(ReasonSANNotAllowed, "IP subjectAltName %s is not in approval.allowedIPRanges %v (none: no IP SAN is approved automatically)", ip, r.ipRanges)
+		}
+		if !slices.Contains(own, ip) {
+			if len(r.trustedManagers) > 0 {
+				return hold(ReasonSANNotOnNode, "IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s written by one of approval.trustedAddressManagers %v", ip, node.Name, r.trustedManagers)
+			}
+			return hold(ReasonSANNotOnNode, "IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)
 		}
 	}
 	return nil
-}
-
-// dnsUnder reports whether name is suffix or a name below it.
-func dnsUnder(name, suffix string) bool {
-	name, suffix = strings.ToLower(name), strings.ToLower(suffix)
-	return name == suffix || strings.HasSuffix(name, "."+suffix)
 }
 
 func addrOf(ip net.IP) (netip.Addr, bool) {
@@ -150,10 +189,12 @@ type customRules struct {
 	users, groups []string
 	policy        *csrsigner.Policy // nil: the name has no csr rules
 	nodeBound     bool
+	// trustedManagers: approval.trustedAddressManagers (IP SANs).
+	trustedManagers []string
 }
 
 func newCustomRules(s config.Signer) (*customRules, error) {
-	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups, nodeBound: s.Approval.NodeBound}
+	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups, nodeBound: s.Approval.NodeBound, trustedManagers: s.Approval.TrustedAddressManagers}
 	if s.CSR == nil {
 		return r, nil
 	}
@@ -222,6 +263,9 @@ func requestingNode(csr *certificatesv1.CertificateSigningRequest) (string, bool
 // ask for every other node's names. IP SANs are checked against the
 // Node's addresses by the controller.
 func nodeBoundNames(node string, req *x509.CertificateRequest, rules *config.CSRPolicy) *denial {
+	if strings.Contains(node, ".") && (req.Subject.CommonName != "" || len(req.DNSNames) > 0) {
+		return deny(ReasonSubjectNotAllowed, "approval.nodeBound: node name %q is not one DNS label, so it cannot fill a pattern's * (which matches exactly one label); such a node obtains no CN or DNS name here", node)
+	}
 	if cn := req.Subject.CommonName; cn != "" && !boundName(cn, node, rules.CommonNames, false) {
 		return deny(ReasonSubjectNotAllowed, "approval.nodeBound: subject CN %q is not %s.<suffix> for a commonNames pattern *.<suffix> %q (the requesting node's name must fill the pattern's *)", cn, node, rules.CommonNames)
 	}
@@ -239,9 +283,16 @@ func nodeBoundNames(node string, req *x509.CertificateRequest, rules *config.CSR
 }
 
 // boundName reports whether name is node.<suffix> for one of the patterns
-// *.<suffix>; DNS names (fold) compare ASCII case-insensitively, CNs
-// exactly, as the csr rules match them.
+// *.<suffix>, the node's name filling the * as exactly one label (as the
+// csr rules match a *): a node named n1.b is bound to no name, else under
+// patterns *.b.example.com and *.example.com it would obtain
+// n1.b.example.com, node n1's name under the first. DNS names (fold)
+// compare ASCII case-insensitively, CNs exactly, as the csr rules match
+// them.
 func boundName(name, node string, patterns []string, fold bool) bool {
+	if node == "" || strings.Contains(node, ".") {
+		return false
+	}
 	for _, pat := range patterns {
 		suffix, ok := strings.CutPrefix(pat, "*.")
 		if !ok || suffix == "" {
@@ -291,27 +342,17 @@ func boundURI(u *url.URL, node string, patterns []string) bool {
 	return false
 }
 
-// nodeAddrIPs is node's InternalIP and ExternalIP addresses (those that
-// parse), which an IP SAN must be among.
-func nodeAddrIPs(node *corev1.Node) []netip.Addr {
-	var ips []netip.Addr
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				ips = append(ips, ip.Unmap())
-			}
-		}
-	}
-	return ips
-}
-
-// nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of node.
-func nodeIPs(req *x509.CertificateRequest, node *corev1.Node) *denial {
-	ips := nodeAddrIPs(node)
+// nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of
+// node (as managers count them) and of no other Node.
+func nodeIPs(req *x509.CertificateRequest, node *corev1.Node, nodes nodeCache, managers []string) *denial {
+	ips := nodeAddrIPs(node, managers)
 	for _, raw := range req.IPAddresses {
 		ip, ok := addrOf(raw)
 		if !ok {
 			return deny(ReasonInvalidRequest, "IP subjectAltName %v does not parse", raw)
+		}
+		if others := nodes.othersWithIP(ip, node.Name); len(others) > 0 {
+			return deny(ReasonSANNotAllowed, "approval.nodeBound: IP subjectAltName %s is an address of Node %s, not only of the requesting Node %s", ip, strings.Join(others, ", "), node.Name)
 		}
 		if !slices.Contains(ips, ip) {
 			return deny(ReasonSANNotOnNode, "approval.nodeBound: IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)

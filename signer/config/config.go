@@ -257,19 +257,32 @@ type Approval struct {
 	Users []string `json:"users,omitempty"`
 	// Groups: see Users.
 	Groups []string `json:"groups,omitempty"`
-	// AllowedDNSSuffixes and AllowedIPRanges further restrict a kubelet
-	// serving CSR's SANs (each must also be one of the Node's
-	// status.addresses).
+	// AllowedDNSSuffixes (profile kubeletServing) are the suffixes a
+	// serving certificate's DNS SAN may have below the node's name: a
+	// DNS SAN is approved only as the node's name or <node>.<suffix>, the
+	// node's name filling exactly one label. A kubeletServing name is
+	// approved automatically only when it has an approval section.
 	AllowedDNSSuffixes []string `json:"allowedDNSSuffixes,omitempty"`
-	// AllowedIPRanges: see AllowedDNSSuffixes (CIDRs).
+	// AllowedIPRanges (profile kubeletServing, CIDRs): an IP SAN is
+	// approved only inside one of them, when it is an InternalIP or
+	// ExternalIP of the requesting Node and of no other Node. Empty: no
+	// IP SAN is approved automatically.
 	AllowedIPRanges []string `json:"allowedIPRanges,omitempty"`
+	// TrustedAddressManagers (kubeletServing, or csr with nodeBound) are
+	// managedFields manager names, e.g. cloud-controller-manager: when
+	// set, a Node address counts only if one of them owns that entry of
+	// status.addresses. A manager name is chosen by the writer, so this
+	// does not stop a compromised node (docs/approver.md, threat model).
+	TrustedAddressManagers []string `json:"trustedAddressManagers,omitempty"`
 	// NodeBound (profile csr) approves only requests from a node identity
 	// (system:node:<name>, group system:nodes) for names of that node:
-	// the subject CN and every DNS SAN hold <name> as whole DNS labels,
-	// every URI SAN holds it as a host label or path segment, and every
-	// IP SAN is one of the Node's status.addresses. Without it, any
-	// allowed requester may ask for any name the csr rules permit, so one
-	// node could obtain another node's daemon certificate.
+	// the subject CN and every DNS SAN are <name>.<suffix> for a pattern
+	// *.<suffix> they match, the name filling the * as exactly one label;
+	// every URI SAN is <prefix><name> or <prefix><name>/<path> for a
+	// pattern <prefix>*; every IP SAN is an address of that Node and of
+	// no other. Without it, any allowed requester may ask for any name the
+	// csr rules permit, so one node could obtain another node's
+	// certificate.
 	NodeBound bool `json:"nodeBound,omitempty"`
 }
 

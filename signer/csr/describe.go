@@ -109,7 +109,7 @@ func describe(s config.Signer) [7]string {
 		return [7]string{
 			"whoever connects to kubelets must trust this signer's CA: kube-apiserver's `--kubelet-certificate-authority`, metrics scrapers; " + ctbs(s.Name),
 			"O exactly `system:nodes`, CN beginning `system:node:`; " + keys,
-			"at least one DNS or IP subjectAltName; no email or URI SANs; other requested extensions are discarded",
+			"at least one DNS or IP subjectAltName; never a `*` in a DNS SAN or the CN (Failed even when approved); no email or URI SANs; other requested extensions are discarded",
 			"exactly `digital signature`, `server auth`, optionally `key encipherment`; " + usageNote,
 			csrLifetime, csrNoCA, csrChain}
 	case config.ProfileCSR:

@@ -268,6 +268,16 @@ func CheckKubeletServing(req *x509.CertificateRequest, usages []certv1.KeyUsage)
 	if len(req.DNSNames) == 0 && len(req.IPAddresses) == 0 {
 		return violation(ReasonSANNotPermitted, "%s requires at least one DNS or IP subjectAltName", signer)
 	}
+	// A wildcard serving certificate would let one kubelet impersonate
+	// every kubelet whose name it covers: refused even when approved.
+	for _, d := range req.DNSNames {
+		if strings.Contains(d, "*") {
+			return violation(ReasonSANNotPermitted, "%s never issues a wildcard: DNS subjectAltName %q contains '*'", signer, d)
+		}
+	}
+	if strings.Contains(req.Subject.CommonName, "*") {
+		return violation(ReasonSubjectNotPermitted, "%s never issues a wildcard: subject common name %q contains '*'", signer, req.Subject.CommonName)
+	}
 	if len(req.EmailAddresses) > 0 {
 		return violation(ReasonSANNotPermitted, "%s permits no email subjectAltNames; the request has %q", signer, req.EmailAddresses)
 	}

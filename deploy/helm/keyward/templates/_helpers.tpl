@@ -151,12 +151,12 @@ kind: NodeAgentConfiguration
 {{ toYaml $cfg }}
 {{- end -}}
 
-{{/* Names the approver decides: kubelet client/serving, and csr names
-with an approval section (signer/approver). */}}
+{{/* Names the approver decides: kubelet client, and kubelet serving and
+csr names with an approval section (signer/approver). */}}
 {{- define "keyward.approverSigners" -}}
 {{- $out := list -}}
 {{- range .Values.signer.signers -}}
-{{- if or (has .profile (list "kubeAPIServerClientKubelet" "kubeletServing")) (and (eq .profile "csr") .approval) -}}
+{{- if or (eq .profile "kubeAPIServerClientKubelet") (and (has .profile (list "kubeletServing" "csr")) .approval) -}}
 {{- $out = append $out .name -}}
 {{- end -}}
 {{- end -}}
