@@ -528,7 +528,9 @@ func TestTrustPublisherCanaryHealthRestartsTheSoak(t *testing.T) {
 		t.Fatalf("promoted while the canary health URL fails: %s", statusSummary(a))
 	}
 	failing.Store(false)
-	a := f.waitFor("new Promoted", phasesAre(map[string]kwv1alpha1.Phase{"new": kwv1alpha1.PhasePromoted}))
+	a := f.waitFor("new Promoted, its bundles confirmed", func(a *kwv1alpha1.Authority) bool {
+		return phasesAre(map[string]kwv1alpha1.Phase{"new": kwv1alpha1.PhasePromoted})(a) && observed(a, "new").Since != nil
+	})
 	healthy := meta.FindStatusCondition(a.Status.Conditions, kwv1alpha1.ConditionCanaryHealthy)
 	promoted := observed(a, "new").Since
 	if healthy == nil || promoted.Time.Before(healthy.LastTransitionTime.Add(soak)) {

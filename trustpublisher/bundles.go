@@ -75,6 +75,7 @@ func bundleStatusBefore(a *v1alpha1.Authority, d desiredBundle) v1alpha1.BundleS
 			continue
 		}
 		st.LastChangeTime = prev.LastChangeTime.DeepCopy()
+		st.PropagationWindow = prev.PropagationWindow.DeepCopy()
 		if prev.Digest == st.Digest && prev.Name == st.Name {
 			st.Published = prev.Published
 		}
@@ -83,13 +84,33 @@ func bundleStatusBefore(a *v1alpha1.Authority, d desiredBundle) v1alpha1.BundleS
 }
 
 // bundleStatusAfter records the outcome of a publish: a digest that is
-// published now and was not before starts the propagation window.
-func bundleStatusAfter(st v1alpha1.BundleStatus, ok bool, now time.Time) v1alpha1.BundleStatus {
+// published now and was not before starts the propagation window, from
+// confirmed (the moment the write had returned, rounded up: a node may see
+// the new content from then at the latest), recording window, the window
+// in force (none when 0).
+func bundleStatusAfter(st v1alpha1.BundleStatus, ok bool, confirmed time.Time, window time.Duration) v1alpha1.BundleStatus {
 	if ok && !st.Published {
-		st.LastChangeTime = &metav1.Time{Time: now.Truncate(time.Second)}
+		st.LastChangeTime = &metav1.Time{Time: CeilSecond(confirmed)}
+		st.PropagationWindow = nil
+		if window > 0 {
+			st.PropagationWindow = &metav1.Duration{Duration: window}
+		}
 	}
 	st.Published = ok
 	return st
+}
+
+// windowToRecord is the propagation window a change of a's bundle version
+// records: spec's now, or none for the bundle's first content (its
+// status named no digest yet). A first publication replaces nothing a
+// node trusted, so spec's window, whatever it is by then, is enough.
+func windowToRecord(a *v1alpha1.Authority, version string, window time.Duration) time.Duration {
+	for _, b := range a.Status.Bundles {
+		if b.Version == version && b.Digest != "" {
+			return window
+		}
+	}
+	return 0
 }
 
 type publishResult struct {

@@ -345,10 +345,22 @@ func (e *evaluation) published() []closed {
 		case st == nil || st.Digest != want:
 			out = append(out, closed{gate: v1alpha1.GateBundleNotPublished, message: fmt.Sprintf("the %s bundle does not hold the current roots yet", b.version)})
 		case !st.Published:
-			out = append(out, closed{gate: v1alpha1.GateBundleNotPublished, message: fmt.Sprintf("the %s bundle could not be written (see condition %s)", b.version, v1alpha1.ConditionBundlesPublished)})
+			out = append(out, closed{gate: v1alpha1.GateBundleNotPublished, message: e.unpublished(b.version)})
 		}
 	}
 	return out
+}
+
+// unpublished says why a bundle status holds the current digest but not
+// published: the trust publisher's latest write failed (BundlesPublished
+// names the reason), or it is under way (between its status write and
+// its bundle write, BundlesPublished is Pending).
+func (e *evaluation) unpublished(version string) string {
+	c := meta.FindStatusCondition(e.a.Status.Conditions, v1alpha1.ConditionBundlesPublished)
+	if c == nil || c.Status == metav1.ConditionTrue || c.Reason == ReasonPublishPending {
+		return fmt.Sprintf("the %s bundle is being written: the trust publisher has not confirmed the write yet", version)
+	}
+	return fmt.Sprintf("the %s bundle could not be written (%s; see condition %s)", version, c.Reason, v1alpha1.ConditionBundlesPublished)
 }
 
 func (e *evaluation) bundle(version string) *v1alpha1.BundleStatus {
@@ -360,19 +372,38 @@ func (e *evaluation) bundle(version string) *v1alpha1.BundleStatus {
 	return nil
 }
 
+// propagated holds a step until every bundle change is a propagation
+// window old: the longer of the window in force when the bundle changed
+// and spec's now, so shortening spec.gates does not cut a window short.
 func (e *evaluation) propagated() []closed {
-	var last time.Time
+	var last, opens time.Time
+	window := e.window
 	for _, b := range e.a.Status.Bundles {
-		if b.LastChangeTime != nil && b.LastChangeTime.After(last) {
-			last = b.LastChangeTime.Time
+		if b.LastChangeTime == nil {
+			continue
+		}
+		w := e.window
+		if b.PropagationWindow != nil && b.PropagationWindow.Duration > w {
+			w = b.PropagationWindow.Duration
+		}
+		if o := b.LastChangeTime.Add(w); o.After(opens) {
+			opens, last, window = o, b.LastChangeTime.Time, w
 		}
 	}
-	opens := last.Add(e.window)
 	if last.IsZero() || !e.now.Before(opens) {
 		return nil
 	}
 	return []closed{{gate: v1alpha1.GatePropagationWindow, opensAt: &opens,
-		message: fmt.Sprintf("a trust bundle changed %s ago, the propagation window is %s", e.now.Sub(last).Round(time.Second), e.window)}}
+		message: fmt.Sprintf("a trust bundle changed %s ago, the propagation window is %s%s", e.now.Sub(last).Round(time.Second), window, inForce(window, e.window))}}
+}
+
+// inForce says, when a gate recorded at its start is longer than spec's
+// value now, that the recorded one counts.
+func inForce(recorded, spec time.Duration) string {
+	if recorded <= spec {
+		return ""
+	}
+	return fmt.Sprintf(" (in force when it began; spec.gates now says %s, which applies from the next one; only an override, recorded in an Event, cuts this one short)", spec)
 }
 
 // soaked holds a step until the generation's current phase has lasted the
@@ -394,12 +425,16 @@ func (e *evaluation) soaked(g v1alpha1.Generation) []closed {
 			start = c.LastTransitionTime.Time
 		}
 	}
-	opens := start.Add(e.soak)
+	soak := e.soak
+	if st != nil && st.CanarySoak != nil && st.CanarySoak.Duration > soak {
+		soak = st.CanarySoak.Duration
+	}
+	opens := start.Add(soak)
 	if !e.now.Before(opens) {
 		return nil
 	}
 	return []closed{{gate: v1alpha1.GateCanarySoak, opensAt: &opens,
-		message: fmt.Sprintf("canary soak %s of %s", e.now.Sub(start).Round(time.Second), e.soak)}}
+		message: fmt.Sprintf("canary soak %s of %s%s", e.now.Sub(start).Round(time.Second), soak, inForce(soak, e.soak))}}
 }
 
 // summarize names the gate that holds longest: one without an end first,

@@ -358,8 +358,13 @@ func TestPlanApplyKeepsTheSignersFields(t *testing.T) {
 	if a.Phase != v1alpha1.PhasePromoted || b.Phase != v1alpha1.PhaseActive {
 		t.Fatalf("phases a=%s b=%s, want Promoted and Active", a.Phase, b.Phase)
 	}
-	if !a.Since.Time.Equal(t0) || !b.Since.Time.Equal(t0) {
-		t.Errorf("since a=%v b=%v, want %v", a.Since, b.Since, t0)
+	if a.Since != nil || b.Since != nil {
+		t.Errorf("since a=%v b=%v before the writes are confirmed, want none", a.Since, b.Since)
+	}
+	Confirm(got, t0.Add(1500*time.Millisecond))
+	a, b = got.Status.Generations[0], got.Status.Generations[1]
+	if want := t0.Add(2 * time.Second); !a.Since.Time.Equal(want) || !b.Since.Time.Equal(want) {
+		t.Errorf("since a=%v b=%v, want the confirmation rounded up, %v", a.Since, b.Since, want)
 	}
 	if a.LastIssuedNotAfter == nil || a.KeyCheck == nil || !a.KeyCheck.Ready {
 		t.Errorf("the signer's fields were dropped: %+v", a)

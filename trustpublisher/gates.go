@@ -91,38 +91,68 @@ func (p Plan) Step(name string) (Step, bool) {
 }
 
 // Apply returns a copy of a whose status.generations carry the plan: the
-// next phase (since = now when it changed), gate and gateOpensAt. The
-// signer's fields (lastIssuedNotAfter, keyCheck) are kept; a generation no
-// longer in spec is dropped. Bundles and conditions are left to the caller.
+// next phase, gate and gateOpensAt. A generation that moves loses its
+// since (and canarySoak) until Confirm sets them: its phase takes effect
+// only once the bundle writes it calls for have returned. The signer's
+// fields (lastIssuedNotAfter, keyCheck) are kept; a generation no longer
+// in spec is dropped. Bundles and conditions are left to the caller.
 func (p Plan) Apply(a *v1alpha1.Authority, now time.Time) *v1alpha1.Authority {
 	out := a.DeepCopy()
 	old := map[string]v1alpha1.GenerationStatus{}
 	for _, g := range a.Status.Generations {
 		old[g.Name] = g
 	}
-	t := metav1.NewTime(now.Truncate(time.Second))
 	out.Status.Generations = nil
 	for _, s := range p.Steps {
 		g := old[s.Generation]
 		g.Name = s.Generation
 		if s.Moves() {
 			g.Phase = s.Next
-			g.Since = t.DeepCopy()
+			g.Since, g.CanarySoak = nil, nil
 			g.ReadyPodsAtSoakStart = nil
-		} else if g.Phase != "" && g.Since == nil {
-			// A phase written without since (by hand, or another tool)
-			// counts from now on, once: a soak counted from "now" at
-			// every sync would never end.
-			g.Since = t.DeepCopy()
 		}
 		g.Gate = s.Gate
 		g.GateOpensAt = nil
 		if s.OpensAt != nil {
-			g.GateOpensAt = &metav1.Time{Time: *s.OpensAt}
+			g.GateOpensAt = &metav1.Time{Time: CeilSecond(*s.OpensAt)}
 		}
 		out.Status.Generations = append(out.Status.Generations, g)
 	}
 	return out
+}
+
+// Confirm sets since on every generation of a that has a phase and no
+// since (moved by Apply, or written without one by hand or another tool),
+// to at: the moment the bundle writes for those phases returned, rounded
+// up with CeilSecond. A soaking generation (Staged, Retiring) also records
+// the canary soak in force, so that shortening spec.gates later does not
+// shorten it. Called once the writes are confirmed, never before: a phase
+// counted from "now" at every sync would never end its soak, and one
+// counted from before its bundle was written would end it early.
+func Confirm(a *v1alpha1.Authority, at time.Time) {
+	soak, _ := GateDurations(a)
+	t := metav1.NewTime(CeilSecond(at))
+	for i := range a.Status.Generations {
+		g := &a.Status.Generations[i]
+		if g.Phase == "" || g.Since != nil {
+			continue
+		}
+		g.Since = t.DeepCopy()
+		if soaking(g.Phase) {
+			g.CanarySoak = &metav1.Duration{Duration: soak}
+		}
+	}
+}
+
+// CeilSecond rounds t up to the next whole second (t itself when it is
+// one). The apiserver stores times to the second; a time rounded down
+// would start a gate before the event it counts from.
+func CeilSecond(t time.Time) time.Time {
+	r := t.Truncate(time.Second)
+	if r.Equal(t) {
+		return r
+	}
+	return r.Add(time.Second)
 }
 
 // InCanary and InLive say which bundles a phase puts a generation's root in.

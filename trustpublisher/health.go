@@ -68,7 +68,7 @@ func (c *Controller) checkHealth(ctx context.Context, a *v1alpha1.Authority, now
 	}
 	meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionCanaryHealthy, Status: st, Reason: r.reason, Message: r.message,
-		ObservedGeneration: a.Generation, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
+		ObservedGeneration: a.Generation, LastTransitionTime: metav1.NewTime(CeilSecond(now)),
 	})
 	return &r, every
 }

@@ -75,6 +75,7 @@ func TestSoakWithoutSinceCountsFromFirstSight(t *testing.T) {
 			t.Fatalf("sync %d: the soak opens at %s, at the first sync it opened at %s: it moves with the clock", i, s.OpensAt, first)
 		}
 		a = plan.Apply(a, now)
+		Confirm(a, now) // the sync confirms its (here: no) bundle writes
 	}
 }
 

@@ -48,12 +48,13 @@ type ownStatus struct {
 }
 
 type ownGeneration struct {
-	Name                 string         `json:"name"`
-	Phase                v1alpha1.Phase `json:"phase,omitempty"`
-	Since                *metav1.Time   `json:"since,omitempty"`
-	Gate                 string         `json:"gate,omitempty"`
-	GateOpensAt          *metav1.Time   `json:"gateOpensAt,omitempty"`
-	ReadyPodsAtSoakStart *int32         `json:"readyPodsAtSoakStart,omitempty"`
+	Name                 string           `json:"name"`
+	Phase                v1alpha1.Phase   `json:"phase,omitempty"`
+	Since                *metav1.Time     `json:"since,omitempty"`
+	Gate                 string           `json:"gate,omitempty"`
+	GateOpensAt          *metav1.Time     `json:"gateOpensAt,omitempty"`
+	ReadyPodsAtSoakStart *int32           `json:"readyPodsAtSoakStart,omitempty"`
+	CanarySoak           *metav1.Duration `json:"canarySoak,omitempty"`
 }
 
 // ownOf extracts the trust publisher's fields from a status.
@@ -65,6 +66,7 @@ func ownOf(a *v1alpha1.Authority) ownStatus {
 			n := *g.ReadyPodsAtSoakStart
 			og.ReadyPodsAtSoakStart = &n
 		}
+		og.CanarySoak = g.CanarySoak.DeepCopy()
 		if og == (ownGeneration{Name: g.Name}) {
 			// Only the signer's fields (e.g. the keyCheck of a generation
 			// gone from spec): nothing of ours.
@@ -204,8 +206,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		published = c.publish(ctx, a, desired)
 	}
 	fail = c.recordFailure(ctx, a, published)
+	// Gates count from here: the writes have returned, so a node may see
+	// what they wrote (rounded up, as the apiserver keeps whole seconds).
+	confirmed := CeilSecond(c.clock.Now())
+	_, window := GateDurations(next)
 	for i := range desired {
-		desired[i].status = bundleStatusAfter(desired[i].status, published[i].err == nil, now)
+		desired[i].status = bundleStatusAfter(desired[i].status, published[i].err == nil, confirmed, windowToRecord(a, desired[i].version, window))
+	}
+	if fail == nil {
+		Confirm(next, confirmed)
 	}
 	after := c.compose(next, plan, desired, fail, now)
 	setProvenance(&after, a, findings, now)

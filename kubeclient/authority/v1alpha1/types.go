@@ -225,7 +225,10 @@ type GenerationStatus struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
-	// since is when the generation entered phase.
+	// since is when the generation entered phase: the moment the trust
+	// publisher's ClusterTrustBundle writes for it had returned, rounded
+	// up to the next second. Absent while those writes are not confirmed;
+	// no gate that counts from since opens before it is set.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
 
@@ -255,6 +258,13 @@ type GenerationStatus struct {
 	// gateOpensAt is when gate is expected to open, if it is time-bound.
 	// +optional
 	GateOpensAt *metav1.Time `json:"gateOpensAt,omitempty"`
+
+	// canarySoak is spec.gates.canarySoak as it was when this soak began
+	// (set with since, in Staged and Retiring). The soak lasts the longer
+	// of it and the spec's value now: shortening spec.gates does not
+	// shorten a soak under way (an override does, with an Event).
+	// +optional
+	CanarySoak *metav1.Duration `json:"canarySoak,omitempty"`
 }
 
 // KeyCheck is what the signer found when it opened a generation's key.
@@ -316,13 +326,20 @@ type BundleStatus struct {
 	Digest string `json:"digest,omitempty"`
 
 	// lastChangeTime is when the bundle's content last changed: the
-	// propagation window runs from here.
+	// moment the write of that content had returned, rounded up to the
+	// next second. The propagation window runs from here.
 	// +optional
 	LastChangeTime *metav1.Time `json:"lastChangeTime,omitempty"`
 
 	// published is true when the ClusterTrustBundle holds digest.
 	// +optional
 	Published bool `json:"published,omitempty"`
+
+	// propagationWindow is spec.gates.propagationWindow as it was at
+	// lastChangeTime. The window after this change lasts the longer of it
+	// and the spec's value now.
+	// +optional
+	PropagationWindow *metav1.Duration `json:"propagationWindow,omitempty"`
 }
 
 // AuthorityList is a list of Authority objects.
