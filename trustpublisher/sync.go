@@ -224,6 +224,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return fmt.Errorf("applying the bundle status of Authority %s: %w", name, err)
 		}
 		c.wrote(a, got)
+		// Confirm set since after the record went out with none: this
+		// write is now the trust publisher's latest word on its phases,
+		// and the next sync copies it onto the bundles' record.
+		c.setPending(name, recordOf(next, rec, record.Changed(a, rec, pending)))
 	}
 	for i, d := range desired {
 		if published[i].written && published[i].err == nil {
