@@ -204,10 +204,13 @@ func managerOwnsAddresses(n *corev1.Node, manager string) bool {
 }
 
 // approval.trustedAddressManagers counts a Node address only when a
-// trusted field manager wrote it. What the real apiserver does with a
-// node that names itself that manager is recorded here: managedFields
-// carry a name the client chooses, not an authenticated identity, so the
-// node's claim is believed (docs/approver.md, threat model).
+// trusted field manager wrote it, as managedFields say. kube-apiserver
+// v1.37.1 keeps no managedFields on Node objects at all (a ConfigMap
+// written the same way has them): neither the cloud controller's write
+// nor a node's forgery leaves a record. So with trustedAddressManagers
+// set, no IP SAN is believed, whoever wrote it: every one is left for a
+// human (docs/approver.md, threat model). If a later apiserver records
+// them, this test fails and the forgery question must be answered anew.
 func TestTrustedAddressManagersAndNodeForgery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -216,38 +219,18 @@ func TestTrustedAddressManagersAndNodeForgery(t *testing.T) {
 	admin := cp.AdminClient()
 	const ccm = "cloud-controller-manager"
 
-	own, trusted, forgedName, forgedFields := addressNode(t, ctx, "own"), addressNode(t, ctx, "ccm"), addressNode(t, ctx, "forged-name"), addressNode(t, ctx, "forged-fields")
+	own, trusted, forged := addressNode(t, ctx, "own"), addressNode(t, ctx, "ccm"), addressNode(t, ctx, "forged-name")
 	// The node's own word (kubelet's field manager).
 	writeAddresses(t, ctx, nodeClient(t, own), own, "kubelet", addr(corev1.NodeInternalIP, "10.62.0.5"))
 	// The cloud controller's (here the admin, writing as that manager).
-	writeAddresses(t, ctx, admin, trusted, ccm, addr(corev1.NodeInternalIP, "10.62.0.7"))
-
-	// Forgery 1: the node writes its own status naming itself the trusted
-	// manager (?fieldManager=cloud-controller-manager).
-	n := writeAddresses(t, ctx, nodeClient(t, forgedName), forgedName, ccm, addr(corev1.NodeInternalIP, "10.62.0.9"))
-	if !managerOwnsAddresses(n, ccm) {
-		t.Errorf("a node writing as field manager %s: managedFields %+v; the apiserver refused the name (update docs/approver.md)", ccm, n.ManagedFields)
+	n := writeAddresses(t, ctx, admin, trusted, ccm, addr(corev1.NodeInternalIP, "10.62.0.7"))
+	if len(n.ManagedFields) > 0 {
+		t.Errorf("Node %s carries managedFields %+v: this apiserver records Node writers, so trustedAddressManagers can now work and a node naming itself %s must be tested (update docs/approver.md)", trusted, n.ManagedFields, ccm)
 	}
-	// Forgery 2: the node writes metadata.managedFields itself, handing
-	// the address entry it wrote as kubelet to the trusted manager.
-	n = writeAddresses(t, ctx, nodeClient(t, forgedFields), forgedFields, "kubelet", addr(corev1.NodeInternalIP, "10.62.0.11"))
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := nodeClient(t, forgedFields).CoreV1().Nodes().Get(ctx, forgedFields, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range cur.ManagedFields {
-			if cur.ManagedFields[i].Manager == "kubelet" {
-				cur.ManagedFields[i].Manager = ccm
-			}
-		}
-		n, err = nodeClient(t, forgedFields).CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{FieldManager: "kubelet"})
-		return err
-	})
-	if err != nil {
-		t.Errorf("a node rewriting its own managedFields: %v", err)
-	} else if !managerOwnsAddresses(n, ccm) {
-		t.Logf("a node rewriting metadata.managedFields through nodes/status: not taken (managedFields %+v)", n.ManagedFields)
+	// The node writes its own status naming itself the trusted manager.
+	n = writeAddresses(t, ctx, nodeClient(t, forged), forged, ccm, addr(corev1.NodeInternalIP, "10.62.0.9"))
+	if managerOwnsAddresses(n, ccm) {
+		t.Errorf("a node writing as field manager %s is recorded as that manager: %+v (update docs/approver.md: managedFields are then no proof against the node)", ccm, n.ManagedFields)
 	}
 
 	startApprover(t, `- name: kubernetes.io/kubelet-serving
@@ -260,21 +243,17 @@ func TestTrustedAddressManagersAndNodeForgery(t *testing.T) {
 	t.Run("an address only the node itself wrote is left for a human", func(t *testing.T) {
 		waitNotAutoApproved(t, ctx, serve(t, own, "10.62.0.5").Name, "10.62.0.5")
 	})
-	t.Run("an address the trusted manager wrote is approved", func(t *testing.T) {
-		if cond := waitDecided(t, ctx, serve(t, trusted, "10.62.0.7").Name); cond.Type != certv1.CertificateApproved {
-			t.Fatalf("%s %s: %s, want Approved", cond.Type, cond.Reason, cond.Message)
-		}
+	t.Run("an address the trusted manager wrote is left for a human too (Nodes carry no managedFields)", func(t *testing.T) {
+		waitNotAutoApproved(t, ctx, serve(t, trusted, "10.62.0.7").Name, "10.62.0.7")
 	})
-	t.Run("a node that writes as the trusted manager is believed (managedFields are no proof against the node)", func(t *testing.T) {
-		if cond := waitDecided(t, ctx, serve(t, forgedName, "10.62.0.9").Name); cond.Type != certv1.CertificateApproved {
-			t.Fatalf("%s %s: %s, want Approved (what the apiserver allows; see docs/approver.md)", cond.Type, cond.Reason, cond.Message)
-		}
+	t.Run("a node that writes as the trusted manager is not believed", func(t *testing.T) {
+		waitNotAutoApproved(t, ctx, serve(t, forged, "10.62.0.9").Name, "10.62.0.9")
 	})
-	t.Run("the forged address is still only the forger's: another node cannot take it", func(t *testing.T) {
+	t.Run("an address is still only its Node's: another node cannot take it", func(t *testing.T) {
 		c := createTestCSR(t, ctx, nodeClient(t, own), certv1.KubeletServingSignerName, servingRequest(t, own, []string{own}, []string{"10.62.0.9"}), servingUsages)
 		cond := waitDecided(t, ctx, c.Name)
-		if cond.Type != certv1.CertificateDenied || !strings.Contains(cond.Message, forgedName) {
-			t.Fatalf("%s %s: %s, want Denied naming Node %s", cond.Type, cond.Reason, cond.Message, forgedName)
+		if cond.Type != certv1.CertificateDenied || !strings.Contains(cond.Message, forged) {
+			t.Fatalf("%s %s: %s, want Denied naming Node %s", cond.Type, cond.Reason, cond.Message, forged)
 		}
 	})
 }

@@ -215,10 +215,13 @@ func TestKubeletServingCertificateFromKeyward(t *testing.T) {
 	ctx := testContext(t)
 	signerName := certv1.KubeletServingSignerName
 	root := keywardForKubelet(t, ctx, config.ProfileKubeletServing)
-	n := newKubeletNode(t, ctx,
-		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "worker-1"},
+	// DNS SANs are node-bound: the node's own name, or it under a suffix.
+	n := newKubeletNode(t, ctx)
+	host := n.name
+	n.setAddresses(ctx,
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: host},
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.1"},
-		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "worker-1.nodes.example"})
+		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: host + ".nodes.example"})
 	m := n.servingManager()
 	first := startManager(t, ctx, m, "serving")
 	srv := serveWith(t, m)
@@ -237,20 +240,20 @@ func TestKubeletServingCertificateFromKeyward(t *testing.T) {
 			t.Errorf("%s: kubelet's server presented %s, want the current certificate %s", what, got.SerialNumber, c.Leaf.SerialNumber)
 		}
 	}
-	check("first certificate", first, []string{"worker-1", "worker-1.nodes.example"}, []string{"10.30.0.1"})
+	check("first certificate", first, []string{host, host + ".nodes.example"}, []string{"10.30.0.1"})
 
 	watch := startGapWatch(t, m)
 	second := rotateByAddresses(t, ctx, n, m, "10.30.0.2",
-		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "worker-1"},
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: host},
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.1"},
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.2"},
-		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "worker-1.nodes.example"})
-	check("after the node gained 10.30.0.2", second, []string{"worker-1", "worker-1.nodes.example"}, []string{"10.30.0.1", "10.30.0.2"})
-	third := rotateByAddresses(t, ctx, n, m, "worker-1.edge.example",
-		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "worker-1"},
+		corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: host + ".nodes.example"})
+	check("after the node gained 10.30.0.2", second, []string{host, host + ".nodes.example"}, []string{"10.30.0.1", "10.30.0.2"})
+	third := rotateByAddresses(t, ctx, n, m, host+".edge.example",
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: host},
 		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.30.0.2"},
-		corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: "worker-1.edge.example"})
-	check("after the node's addresses moved", third, []string{"worker-1", "worker-1.edge.example"}, []string{"10.30.0.2"})
+		corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: host + ".edge.example"})
+	check("after the node's addresses moved", third, []string{host, host + ".edge.example"}, []string{"10.30.0.2"})
 	if csrs := csrsOf(t, ctx, signerName, n.user()); len(csrs) != 3 {
 		t.Errorf("%d CSRs for the node, want 3", len(csrs))
 	} else {

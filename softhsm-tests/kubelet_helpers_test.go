@@ -410,7 +410,8 @@ func hexSerials(s []*big.Int) []string {
 
 // kubeletApprover runs keyward's approver, as its shipped service account
 // with the shipped RBAC, for the kubelet signer names of profiles until the
-// test ends. For the client name it also gives nodes the grant kubeadm
+// test ends; kubelet-serving with an approval section (auto-approval of
+// serving CSRs is opt-in). For the client name it also gives nodes the grant kubeadm
 // gives every cluster (selfnodeclient bound to system:nodes), without
 // which the approver, like kube-controller-manager, leaves a renewal
 // undecided.
@@ -419,7 +420,13 @@ func kubeletApprover(t *testing.T, ctx context.Context, profiles ...string) {
 	installApproverRBAC(t, ctx)
 	var signers strings.Builder
 	for _, p := range profiles {
-		fmt.Fprintf(&signers, "- {name: %s, profile: %s}\n", config.KubernetesSignerNames[p], p)
+		approval := ""
+		if p == config.ProfileKubeletServing {
+			// Serving auto-approval is opt-in: the node's name under
+			// these suffixes, IPs in the tests' range.
+			approval = ", approval: {allowedDNSSuffixes: [nodes.example, edge.example], allowedIPRanges: [10.0.0.0/8]}"
+		}
+		fmt.Fprintf(&signers, "- {name: %s, profile: %s%s}\n", config.KubernetesSignerNames[p], p, approval)
 		if p == config.ProfileKubeAPIServerClientKubelet {
 			selfNodeClient(t, ctx)
 		}

@@ -271,8 +271,9 @@ type Approval struct {
 	// TrustedAddressManagers (kubeletServing, or csr with nodeBound) are
 	// managedFields manager names, e.g. cloud-controller-manager: when
 	// set, a Node address counts only if one of them owns that entry of
-	// status.addresses. A manager name is chosen by the writer, so this
-	// does not stop a compromised node (docs/approver.md, threat model).
+	// status.addresses. kube-apiserver v1.37.1 keeps no managedFields on
+	// Nodes, so in practice every IP SAN is then left for a human; and a
+	// manager name is chosen by the writer (docs/approver.md, threat model).
 	TrustedAddressManagers []string `json:"trustedAddressManagers,omitempty"`
 	// NodeBound (profile csr) approves only requests from a node identity
 	// (system:node:<name>, group system:nodes) for names of that node:
