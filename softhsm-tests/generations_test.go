@@ -23,6 +23,7 @@ import (
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/pcr"
 	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -311,7 +312,8 @@ func ptr[T any](v T) *T { return &v }
 
 // An Active generation whose certificate is not for its key: keyCheck says
 // so naming both, /readyz says so, nothing is signed and the request
-// waits; once the spec is fixed, it is issued.
+// waits; the root cannot be swapped in place, and once the Authority is
+// recreated with the right certificate, it is issued.
 func TestMismatchedActiveGenerationIssuesNothingUntilFixed(t *testing.T) {
 	ctx := testContext(t)
 	suffix := uniqueName(t, "s")
@@ -339,12 +341,27 @@ func TestMismatchedActiveGenerationIssuesNothingUntilFixed(t *testing.T) {
 		t.Fatalf("the key signed %d times with a certificate not its own", n)
 	}
 
+	// The root is in a bundle's phase (Active): the CRD refuses to swap
+	// it in place (docs/rotation.md). A signer name that never issued is
+	// fixed by recreating its Authority.
 	a, err := ac.Get(ctx, obj)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Spec.Generations[0].CertificatePEM = keyCA.pem
-	if _, err := ac.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+	if _, err := ac.Update(ctx, a, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("swapping the certificate of an Active generation in place: %v, want Invalid", err)
+	}
+	if err := ac.Delete(ctx, obj, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := ac.Get(ctx, obj)
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("Authority %s not gone: %v", obj, err)
+	}
+	if _, err := controlplane.ActiveAuthority(ctx, ac, obj, name, testGeneration, keyCA.uri, keyCA.pem); err != nil {
 		t.Fatal(err)
 	}
 	if !signedBy(t, waitTerminal(t, ctx, p, 30*time.Second), keyCA) {

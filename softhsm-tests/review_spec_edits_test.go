@@ -5,6 +5,7 @@ import (
 	"time"
 
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -63,10 +64,11 @@ func TestSpecEditsCannotDropARootStillInUse(t *testing.T) {
 	}
 }
 
-// docs/rotation.md: a generation that never signed (no lastIssuedNotAfter),
-// say an Active one whose certificate does not match its key, can be
-// corrected in place; the rule guards only a key that has signed.
-func TestSpecEditsCorrectAGenerationThatNeverSigned(t *testing.T) {
+// docs/rotation.md: even a generation that never signed (no
+// lastIssuedNotAfter) cannot get another key or certificate once status
+// puts its root in a bundle (here Active): a swapped root would inherit
+// the old one's soak. A new root is a new generation.
+func TestSpecEditsCannotSwapTheRootOfAGenerationThatNeverSigned(t *testing.T) {
 	ctx := testContext(t)
 	c := authorities(t)
 	name := uniqueName(t, "spec-fix")
@@ -86,7 +88,7 @@ func TestSpecEditsCorrectAGenerationThatNeverSigned(t *testing.T) {
 	}
 	a.Spec.Generations[0].KeyURI = "file:/a2"
 	a.Spec.Generations[0].CertificatePEM = testCACertPEM + testCACertPEM
-	if _, err := c.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("correcting the key and certificate of an Active generation that never signed: %v", err)
+	if _, err := c.Update(ctx, a, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("swapping the key and certificate of an Active generation that never signed: %v, want Invalid", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/keyward/keyward/trustpublisher"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -78,32 +79,47 @@ func (r *e2eRotation) signerConfig() *config.SignerConfiguration {
 }
 
 // caInit runs `keyward ca init --create-key` for generation gen. The
-// first one also compresses the gates (a declarative edit of the spec,
-// which the CLI has no flag for).
+// first one creates the Authority with the compressed gates beforehand,
+// as make demo does (the CLI has no flag for them): set by an edit after
+// ca init, a bundle change the trust publisher made before the edit
+// would hold the default 5m window it recorded.
 func (r *e2eRotation) caInit(gen, keyURI string, flags ...string) {
 	r.t.Helper()
+	if r.obj == "" {
+		name := strings.ReplaceAll(r.signer, "/", ".")
+		_, err := r.c.Create(r.ctx, &kwv1alpha1.Authority{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: kwv1alpha1.AuthoritySpec{SignerName: r.signer, Gates: kwv1alpha1.Gates{
+				CanarySoak:        &metav1.Duration{Duration: r.soak},
+				PropagationWindow: &metav1.Duration{Duration: e2eWindow},
+			}},
+		}, metav1.CreateOptions{FieldManager: kwv1alpha1.FieldManagerCLI})
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			r.obj = name
+			r.edit(func(a *kwv1alpha1.Authority) {
+				a.Spec.Gates.CanarySoak = &metav1.Duration{Duration: r.soak}
+				a.Spec.Gates.PropagationWindow = &metav1.Duration{Duration: e2eWindow}
+			})
+		case err != nil:
+			r.t.Fatalf("creating Authority %s with compressed gates: %v", name, err)
+		default:
+			r.obj = name
+		}
+	}
 	args := append([]string{"ca", "init", "--signer", r.signer, "--generation", gen, "--key-uri", keyURI, "--create-key"}, flags...)
 	out, err := keyward(r.t, args...)
 	if err != nil {
 		r.t.Fatalf("keyward ca init %s: %v\n%s", gen, err, out)
 	}
-	if r.obj != "" {
-		return
-	}
-	a := authorityFor(r.t, r.c, r.signer)
-	if a == nil {
-		r.t.Fatalf("ca init wrote no Authority for %s:\n%s", r.signer, out)
-	}
-	r.obj = a.Name
-	r.edit(func(a *kwv1alpha1.Authority) {
-		a.Spec.Gates.CanarySoak = &metav1.Duration{Duration: r.soak}
-		a.Spec.Gates.PropagationWindow = &metav1.Duration{Duration: e2eWindow}
-	})
 }
 
 func (r *e2eRotation) edit(mutate func(a *kwv1alpha1.Authority)) {
 	r.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// The trust publisher writes status often during a rotation: retry
+	// a conflict for longer than retry.DefaultRetry's 50 ms.
+	backoff := wait.Backoff{Steps: 20, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Cap: time.Second}
+	err := retry.RetryOnConflict(backoff, func() error {
 		a, err := r.c.Get(r.ctx, r.obj)
 		if err != nil {
 			return err

@@ -246,8 +246,10 @@ func TestForgedTokensDoNotStarveRealPulls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if int(badSig) != codes[http.StatusUnauthorized] || badSig == 0 {
-		t.Errorf("keyward_token_refused_total{reason=BadSignature} = %v, want the %d forged tokens answered 401", badSig, codes[http.StatusUnauthorized])
+	// At least every 401 the flood read; a few more when the flood's
+	// deadline cut requests the service had already refused.
+	if int(badSig) < codes[http.StatusUnauthorized] || badSig == 0 {
+		t.Errorf("keyward_token_refused_total{reason=BadSignature} = %v, want at least the %d forged tokens answered 401", badSig, codes[http.StatusUnauthorized])
 	}
 	// One line at the default verbosity says so; not one line per token.
 	log, err := os.ReadFile(logPath)

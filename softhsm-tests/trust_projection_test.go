@@ -161,6 +161,13 @@ func TestTrustProjectionFollowsBundlesAndNodeLabel(t *testing.T) {
 		t.Logf("latency %-40s %v", what, took.Round(time.Millisecond))
 		latencies = append(latencies, took)
 	}
+	// The first write's hook run (the failing one) before the next change:
+	// changes closer together than OnChangeDebounce share one run.
+	for deadline := time.Now().Add(20 * time.Second); hookCalls.Load() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hook never ran after the first write")
+		}
+	}
 	// The live bundle changes: a new CA added, then the old one removed.
 	measure("live bundle: CA added", setBundle("live", cas[0]+cas[2]), cas[0]+cas[2])
 	for deadline := time.Now().Add(20 * time.Second); hookCalls.Load() < 2; time.Sleep(5 * time.Millisecond) {
