@@ -10,6 +10,7 @@ import (
 	"github.com/keyward/keyward/cmd/keyward/app"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,7 +258,16 @@ func tryCreatePCR(ctx context.Context, node kubernetes.Interface, w *controlplan
 	if err != nil {
 		return nil, nil, err
 	}
-	created, err := node.CertificatesV1().PodCertificateRequests(pcr.Namespace).Create(ctx, pcr, metav1.CreateOptions{})
+	// NodeRestriction reads pods from kube-apiserver's informer cache: a
+	// pod created a moment ago may not be there yet ("pod … not found").
+	// Retry that for a few seconds; any other refusal is returned at once.
+	var created *certv1.PodCertificateRequest
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		created, err = node.CertificatesV1().PodCertificateRequests(pcr.Namespace).Create(ctx, pcr, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "while retrieving pod") || !strings.Contains(err.Error(), "not found") || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("node creating PCR: %w", err)
 	}
