@@ -195,7 +195,9 @@ func Run(ctx context.Context, o Options) error {
 	// RunLeader returned).
 	gensCtx, stopGens := context.WithCancel(context.WithoutCancel(ctx))
 	var gensDone sync.WaitGroup
-	gensDone.Go(func() { gens.informer.Run(gensCtx.Done()) })
+	for _, inf := range gens.informers {
+		gensDone.Go(func() { inf.Run(gensCtx.Done()) })
+	}
 	gensDone.Go(func() {
 		if err := gens.Run(gensCtx); err != nil {
 			logger.Error(err, "CA generations stopped")
@@ -407,11 +409,11 @@ func LeadAll(ctx context.Context, runs []func(context.Context) error) error {
 	return first
 }
 
-// runningGenerations is the generations manager with the informer it
-// reads.
+// runningGenerations is the generations manager with the informers it
+// reads (Authorities, and the trust publisher's ClusterTrustBundles).
 type runningGenerations struct {
 	*generations.Manager
-	informer interface{ Run(<-chan struct{}) }
+	informers []interface{ Run(<-chan struct{}) }
 }
 
 // newGenerations builds the Authority client, informer and generations
@@ -422,13 +424,18 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 	if err != nil {
 		return nil, err
 	}
+	kc, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
 	inf := authclient.NewInformer(ac, 0)
+	bundles := generations.NewBundleInformer(kc, 0)
 	var policies []generations.Policy
 	for _, sc := range cfg.Signers {
 		policies = append(policies, generations.Policy{Name: sc.Name, MaxLifetime: sc.MaxLifetime.Duration})
 	}
 	m, err := generations.New(generations.Options{
-		Writer: ac, Informer: inf, Signers: policies, CANotAfter: metrics.CANotAfter,
+		Writer: ac, Informer: inf, Bundles: bundles, Signers: policies, CANotAfter: metrics.CANotAfter,
 		Open: func(ctx context.Context, keyURI string) (backends.Signer, error) {
 			opened, err := reg.Open(ctx, backends.OpenRequest{URI: keyURI})
 			if err != nil {
@@ -449,7 +456,7 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 	if err != nil {
 		return nil, err
 	}
-	return &runningGenerations{Manager: m, informer: inf}, nil
+	return &runningGenerations{Manager: m, informers: []interface{ Run(<-chan struct{}) }{inf, bundles}}, nil
 }
 
 // buildCSRSigners builds the policy of each signer name with a CSR

@@ -3,6 +3,7 @@ package softhsmtests
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/record"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/signer/pcr"
 	authzv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -122,4 +124,92 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A forger that may write the Authority's status (a test-only grant, the
+// token service's own before issue 25) keeps writing status "B Active, A
+// Promoted" under the trust publisher's field manager name while B's root
+// is only in the canary bundle. The running signer, trust publisher on,
+// never signs with B's key: it signs with what the trust publisher's record
+// on the bundles calls Active (A), counted per key on the backend side.
+// Before the record was read, the signer switched to B at each forged write.
+func TestForgedActiveIsNeverSignedWith(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	r := newE2ERotation(t, ctx, "forged")
+	r.soak = time.Hour // B stays Staged: only a forger could make it Active
+	keyPrefix := strings.TrimPrefix(r.signer, "keyward.dev/")
+	var counts signCounts
+	rs := startSignerRegistry(t, r.signerConfig(), "replica-0", pcr.V1, countingRegistry(t, &counts), 0)
+
+	r.caInit("a", tokenKeyURI(keyPrefix+"-a"))
+	r.waitPhases("A Active by bootstrap", map[string]kwv1alpha1.Phase{"a": kwv1alpha1.PhaseActive})
+	issuingWith(t, ctx, rs, "a")
+	caA := r.ca("a")
+	r.caInit("b", tokenKeyURI(keyPrefix+"-b"))
+	r.waitPhases("B Staged", map[string]kwv1alpha1.Phase{"a": kwv1alpha1.PhaseActive, "b": kwv1alpha1.PhaseStaged})
+	caB := r.ca("b")
+	w := podOnNode(t, ctx, uniqueName(t, "node"), r.signer)
+	issuedLeaf(t, issue(t, ctx, w, r.signer), caA)
+
+	user := uniqueName(t, "forger")
+	grant(t, ctx, user, user, []rbacv1.PolicyRule{{APIGroups: []string{"keyward.dev"}, Resources: []string{"authorities/status"}, Verbs: []string{"get", "patch"}}})
+	cfg, err := cp.UserConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAllowed(t, ctx, cfg, authzv1.ResourceAttributes{Group: "keyward.dev", Resource: "authorities", Subresource: "status", Verb: "patch", Name: r.obj})
+	fc, err := authclient.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forge := func() error {
+		now := metav1.NewTime(time.Now().Add(-24 * time.Hour).Truncate(time.Second))
+		_, err := fc.ApplyStatus(ctx, r.obj, map[string]any{"generations": []map[string]any{
+			{"name": "a", "phase": "Promoted", "since": now}, {"name": "b", "phase": "Active", "since": now},
+		}}, kwv1alpha1.FieldManagerTrustPublisher)
+		return err
+	}
+	if err := forge(); err != nil {
+		t.Fatalf("the forged status write as %s: %v", user, err)
+	}
+	bBefore := counts.of(caB.fp).Load()
+	forging, stopForging := context.WithCancel(ctx)
+	forged := make(chan int)
+	go func() {
+		n := 0
+		for forging.Err() == nil {
+			if forge() == nil {
+				n++
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		forged <- n
+	}()
+	for i := range 8 {
+		leaf := issuedLeaf(t, issue(t, ctx, w, r.signer), caA)
+		if leaf == nil {
+			t.Fatalf("leaf %d not signed by A", i)
+		}
+	}
+	stopForging()
+	n := <-forged
+	if n < 5 {
+		t.Fatalf("only %d forged status writes landed: the attack was not made", n)
+	}
+	if got := counts.of(caB.fp).Load() - bBefore; got != 0 {
+		t.Fatalf("B's key signed %d times while only a forged status called B Active", got)
+	}
+	b, err := os.ReadFile(rs.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"Issuing with CA generation"`) && strings.Contains(string(b), `generation="b"`) {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, `"Issuing with CA generation"`) && strings.Contains(line, `generation="b"`) {
+				t.Fatalf("the signer switched to the forged Active generation: %s", line)
+			}
+		}
+	}
+	t.Logf("%d forged status writes; 8 leaves, all signed by A; B's key signed nothing", n)
 }

@@ -245,6 +245,7 @@ func signerRules(in *Input, s *SignerInput) []rule {
 		r("kube-apiserver lets only an identity with `sign` on the exact signer name issue for it: its configured names, never \"<domain>/*\".", l(certificates), l("signers"), names, l("sign")),
 		r("Events on the requests it signs or fails.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
 		r(readAuthorities, l(keyward), l("authorities"), nil, l("get", "list", "watch")),
+		r(readBundles, l(certificates), l("clustertrustbundles"), nil, l("list", "watch")),
 		r("Report keyCheck and lastIssuedNotAfter in its own Authorities' status while leading (server-side apply: patch), never another component's.", l(keyward), l("authorities/status"), auths, l("patch")))
 	if s.TrustPublisher {
 		rules = append(rules, trustPublisherRules(names, auths)...)
@@ -273,13 +274,17 @@ func approverRules(a *ApproverInput) []rule {
 // a signer name's by spec.signerName. Reading gives no power over them.
 const readAuthorities = "Read the CA generations of its signer names (informer): list and watch cannot be narrowed by name, so every Authority is readable; writes are on its own names only."
 
+// readBundles is why every ClusterTrustBundle is readable: the trust
+// publisher's record of phases is an annotation on its bundles, and only a
+// generation that record calls Active is signed with.
+const readBundles = "Read the trust publisher's record of phases on its ClusterTrustBundles (informer): only the generation it calls Active signs, never one a status write alone calls so. List and watch cannot be narrowed by name (the label selector does not narrow a grant); bundles are public."
+
 // trustPublisherRules are the trust publisher's grants for its signer
 // names and their Authorities: attest, its bundles by name, its
 // Authorities' override annotation.
 func trustPublisherRules(names, auths []string) []rule {
 	return []rule{
 		r("Trust publisher: kube-apiserver admits a ClusterTrustBundle naming a signer only from an identity with `attest` on that exact name.", l(certificates), l("signers"), names, l("attest")),
-		r("Trust publisher: watch ClusterTrustBundles (informer; list and watch cannot be narrowed by name, the label selector does not narrow a grant).", l(certificates), l("clustertrustbundles"), nil, l("list", "watch")),
 		r("Trust publisher: publish (server-side apply: patch, or create when absent) and retire (delete) its own canary and live ClusterTrustBundles only.", l(certificates), l("clustertrustbundles"), bundles(names), l("get", "create", "patch", "delete")),
 		r("Trust publisher: remove a used override annotation from its own Authorities only.", l(keyward), l("authorities"), auths, l("patch")),
 	}
@@ -291,6 +296,7 @@ func tokenServiceRules(in *Input, t *TokenServiceInput) []rule {
 		r("Validate the pod-bound service-account tokens callers present.", l("authentication.k8s.io"), l("tokenreviews"), nil, l("create")),
 		r("Read the token's pod and service account (namespace, node, annotations the rules match).", l(""), l("pods", "serviceaccounts"), nil, l("get")),
 		r(readAuthorities, l(keyward), l("authorities"), nil, l("get", "list", "watch")),
+		r(readBundles, l(certificates), l("clustertrustbundles"), nil, l("list", "watch")),
 		r("Report its key's keyCheck and lastIssuedNotAfter in its own Authority's status while leading (server-side apply: patch), never another component's.", l(keyward), l("authorities/status"), auths, l("patch")),
 		r("Events on its Authority.", l("", "events.k8s.io"), l("events"), nil, l("create", "patch")),
 		{why: "Read the service-account issuer's public keys (OIDC discovery, as the built-in system:service-account-issuer-discovery role) to refuse forged tokens before any TokenReview.",

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -102,6 +103,31 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 		if err != nil {
 			return fmt.Errorf("waiting for the apiserver to serve %s: %w", gvr, err)
 		}
+	}
+	// Discovery follows the CRDs later than the resources themselves do:
+	// a REST mapper built before it does answers "no matches for kind".
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("making a discovery client: %w", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		list, err := disco.ServerResourcesForGroupVersion(Group + "/v1")
+		if err != nil {
+			return false, nil
+		}
+		served := map[string]bool{}
+		for _, r := range list.APIResources {
+			served[r.Name] = true
+		}
+		for _, r := range resources() {
+			if !served[r] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for discovery to list %s/v1 %v: %w", Group, resources(), err)
 	}
 	return nil
 }

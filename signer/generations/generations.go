@@ -1,8 +1,12 @@
 // Package generations tells the signer which CA generation of each signer
 // name issues: it watches Authority objects (keyward.dev/v1alpha1), keeps
 // the key of every generation that is Staged, Promoted or Active (desired or
-// observed) open, and offers, per signer name, the generation whose
-// OBSERVED phase is Active as an issuer.Issuer. While leading it records
+// recorded) open, and offers, per signer name, the generation the trust
+// publisher's record calls Active as an issuer.Issuer. The record is the
+// annotation on the signer name's canary and live ClusterTrustBundles
+// (kubeclient/authority/record), which only the signer's identity may
+// write; a status phase, which any holder of authorities/status may write,
+// is never acted on alone (docs/trustpublisher.md, "Whose phase is it"). While leading it records
 // each generation's keyCheck and, before a signature could outlive it,
 // raises lastIssuedNotAfter (docs/rotation.md).
 package generations
@@ -28,9 +32,12 @@ import (
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/prometheus/client_golang/prometheus"
+	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -70,6 +77,10 @@ type Options struct {
 	// Informer is an Authority informer (client.NewInformer); the caller
 	// runs it.
 	Informer cache.SharedIndexInformer
+	// Bundles is a ClusterTrustBundle informer (NewBundleInformer) over
+	// at least the trust publisher's bundles; the caller runs it. The
+	// trust publisher's record on them says which generation is Active.
+	Bundles cache.SharedIndexInformer
 	// Open opens a key URI. The returned key is closed by the Manager.
 	Open func(ctx context.Context, keyURI string) (backends.Signer, error)
 	// Signers are the configured signer names.
@@ -105,8 +116,8 @@ type Manager struct {
 
 // New validates opts. It starts nothing.
 func New(opts Options) (*Manager, error) {
-	if opts.Writer == nil || opts.Informer == nil || opts.Open == nil || len(opts.Signers) == 0 {
-		return nil, errors.New("generations needs a status writer, an Authority informer, a key opener and at least one signer name")
+	if opts.Writer == nil || opts.Informer == nil || opts.Bundles == nil || opts.Open == nil || len(opts.Signers) == 0 {
+		return nil, errors.New("generations needs a status writer, an Authority informer, a ClusterTrustBundle informer, a key opener and at least one signer name")
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -144,6 +155,25 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("handling the Authority informer's watch errors: %w", err)
 	}
 	return m, nil
+}
+
+// bundle reads a ClusterTrustBundle from the Bundles cache (nil, nil when
+// absent).
+func (m *Manager) bundle(name string) (*certv1.ClusterTrustBundle, error) {
+	obj, ok, err := m.opts.Bundles.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	b, _ := obj.(*certv1.ClusterTrustBundle)
+	return b, nil
+}
+
+// NewBundleInformer is a ClusterTrustBundle informer over the bundles the
+// trust publisher writes (its managed-by label), for Options.Bundles.
+func NewBundleInformer(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+	return informers.NewSharedInformerFactoryWithOptions(c, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = record.ManagedByLabel + "=" + record.ManagedByValue }),
+	).Certificates().V1().ClusterTrustBundles().Informer()
 }
 
 // Issuer returns the issuer.Issuer of a configured signer name, or nil.
@@ -211,7 +241,28 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("watching Authority objects: %w", err)
 	}
 	defer func() { _ = m.opts.Informer.RemoveEventHandler(reg) }()
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	// A change of the trust publisher's record (a bundle's annotation)
+	// moves the Active generation as a status change would.
+	bundle := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if b, ok := obj.(*certv1.ClusterTrustBundle); ok {
+			if _, mine := m.signers[b.Spec.SignerName]; mine {
+				m.queue.Add(b.Spec.SignerName)
+			}
+		}
+	}
+	breg, err := m.opts.Bundles.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    bundle,
+		UpdateFunc: func(_, obj any) { bundle(obj) },
+		DeleteFunc: bundle,
+	})
+	if err != nil {
+		return fmt.Errorf("watching ClusterTrustBundles: %w", err)
+	}
+	defer func() { _ = m.opts.Bundles.RemoveEventHandler(breg) }()
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced, breg.HasSynced) {
 		return nil
 	}
 	m.synced.Store(true)
@@ -544,13 +595,25 @@ func (s *signerGens) sync(ctx context.Context) error {
 		state = fmt.Errorf("%w: signer %s: Authorities %s all name it; delete all but one", issuer.ErrUnavailable, s.name, strings.Join(names, " and "))
 	}
 
+	// observed is the trust publisher's record, not the status: a status
+	// phase is what any holder of authorities/status may write.
 	observed := map[string]v1alpha1.Phase{}
-	active := ""
+	active, claimed := "", ""
+	var recErr error
 	if a != nil {
+		if rec, err := record.Lookup(s.m.bundle, a); err != nil {
+			recErr = err
+		} else {
+			for _, g := range a.Spec.Generations {
+				if p := rec.Phase(g); p != "" {
+					observed[g.Name] = p
+				}
+			}
+			active = record.Active(a, rec)
+		}
 		for _, g := range a.Status.Generations {
-			observed[g.Name] = g.Phase
 			if g.Phase == v1alpha1.PhaseActive {
-				active = g.Name
+				claimed = g.Name
 			}
 		}
 	}
@@ -597,8 +660,13 @@ func (s *signerGens) sync(ctx context.Context) error {
 	switch {
 	case state != nil:
 		snap.err = state
+	case recErr != nil:
+		snap.err = fmt.Errorf("%w: signer %s: reading the trust publisher's record of Authority %s: %v", issuer.ErrUnavailable, s.name, a.Name, recErr)
+	case active == "" && claimed != "":
+		snap.err = fmt.Errorf("%w: signer %s: the status of Authority %s says generation %s is Active, but the trust publisher's record (annotation %s on ClusterTrustBundles %s and %s) does not; a phase the trust publisher did not move is never signed with (its PhasesTrusted condition says who wrote it)",
+			issuer.ErrUnavailable, s.name, a.Name, claimed, record.Annotation, record.BundleName(s.name, v1alpha1.BundleCanary), record.BundleName(s.name, v1alpha1.BundleLive))
 	case active == "":
-		snap.err = fmt.Errorf("%w: signer %s: no generation of Authority %s is Active (status); the trust publisher activates one", issuer.ErrUnavailable, s.name, a.Name)
+		snap.err = fmt.Errorf("%w: signer %s: no generation of Authority %s is Active (the trust publisher's record); the trust publisher activates one", issuer.ErrUnavailable, s.name, a.Name)
 	case s.keys[active] == nil:
 		snap.err = fmt.Errorf("%w: signer %s: the Active generation %s of Authority %s is not in its spec", issuer.ErrUnavailable, s.name, active, a.Name)
 	case s.keys[active].auth == nil:
@@ -610,10 +678,14 @@ func (s *signerGens) sync(ctx context.Context) error {
 	if msg := describe(snap); msg != s.logged {
 		s.logged = msg
 		switch {
-		case snap.err != nil && active == "" && state == nil:
+		case snap.err != nil && active == "" && state == nil && recErr == nil:
 			// The normal moment before the trust publisher's first
 			// activation (bootstrap) or a spec that asks for none yet: a
-			// state to report, not an error.
+			// state to report, not an error. A status Active the record
+			// lacks is reported here too: between the trust publisher's
+			// bundle write and its status write the two caches may
+			// disagree for a moment, and a foreign phase is the trust
+			// publisher's to report (Warning Event, PhasesTrusted).
 			logger.Info("Signer name issues nothing until a generation is Active; its requests wait", "reason", snap.err.Error())
 		case snap.err != nil:
 			logger.Error(snap.err, "Signer name issues nothing; its requests wait")

@@ -16,9 +16,11 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
 	"github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
+	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,10 +89,12 @@ func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // harness runs a Manager over a fake Authority watch.
 type harness struct {
-	m      *Manager
-	watch  *watch.FakeWatcher
-	writer *recordingWriter
-	opened atomic.Int32
+	m     *Manager
+	watch *watch.FakeWatcher
+	// bundles is the watch of the trust publisher's bundles (recordOf).
+	bundles *watch.FakeWatcher
+	writer  *recordingWriter
+	opened  atomic.Int32
 	// pinRefused counts opens of a refusedPIN URI.
 	pinRefused atomic.Int32
 	// pinUnreadable counts opens of an unreadablePIN URI.
@@ -111,7 +115,7 @@ func start(t *testing.T, objs ...*v1alpha1.Authority) *harness {
 // startWith runs the Manager with ctx (e.g. carrying a logger).
 func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) *harness {
 	t.Helper()
-	h := &harness{watch: watch.NewFake(), writer: &recordingWriter{}}
+	h := &harness{watch: watch.NewFake(), bundles: watch.NewFake(), writer: &recordingWriter{}}
 	lw := &cache.ListWatch{
 		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
 			l := &v1alpha1.AuthorityList{}
@@ -125,11 +129,12 @@ func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) 
 	inf := cache.NewSharedIndexInformer(noWatchList{lw}, &v1alpha1.Authority{}, 0, cache.Indexers{client.IndexSignerName: func(obj any) ([]string, error) {
 		return []string{obj.(*v1alpha1.Authority).Spec.SignerName}, nil
 	}})
+	binf := bundleInformer(h.bundles, objs...)
 	reg, err := backends.NewRegistry(file.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Options{Writer: h.writer, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
+	m, err := New(Options{Writer: h.writer, Informer: inf, Bundles: binf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
 		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
 			h.opened.Add(1)
 			if strings.HasPrefix(uri, refusedPIN) {
@@ -153,9 +158,70 @@ func startWith(t *testing.T, base context.Context, objs ...*v1alpha1.Authority) 
 	ctx, cancel := context.WithCancel(base)
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.Run(ctx.Done()) })
+	wg.Go(func() { binf.Run(ctx.Done()) })
 	wg.Go(func() { _ = m.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return h
+}
+
+// bundleInformer lists the trust publisher's bundles of objs (recordOf)
+// and then follows w.
+func bundleInformer(w watch.Interface, objs ...*v1alpha1.Authority) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
+			l := &certv1.ClusterTrustBundleList{}
+			for _, o := range objs {
+				for _, b := range bundlesOf(o, recordOf(o)) {
+					l.Items = append(l.Items, *b)
+				}
+			}
+			return l, nil
+		},
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return w, nil },
+	}
+	return cache.NewSharedIndexInformer(noWatchList{lw}, &certv1.ClusterTrustBundle{}, 0, cache.Indexers{})
+}
+
+// recordOf is the record the trust publisher keeps when a's status phases
+// are the ones it moved.
+func recordOf(a *v1alpha1.Authority) *record.Record {
+	r := &record.Record{Authority: a.Name, UID: a.UID, Revision: 1}
+	for _, s := range a.Status.Generations {
+		for _, g := range a.Spec.Generations {
+			if g.Name == s.Name && s.Phase != "" {
+				r.Generations = append(r.Generations, record.Entry{Name: g.Name, Phase: s.Phase, CertificateDigest: record.CertificateDigest(g)})
+			}
+		}
+	}
+	return r
+}
+
+// bundlesOf are a's canary and live bundles carrying r (their content
+// does not matter here).
+func bundlesOf(a *v1alpha1.Authority, r *record.Record) []*certv1.ClusterTrustBundle {
+	var out []*certv1.ClusterTrustBundle
+	for _, v := range []string{v1alpha1.BundleCanary, v1alpha1.BundleLive} {
+		out = append(out, &certv1.ClusterTrustBundle{
+			ObjectMeta: metav1.ObjectMeta{Name: record.BundleName(a.Spec.SignerName, v), ResourceVersion: "1",
+				Annotations: map[string]string{record.Annotation: r.Encode()}},
+			Spec: certv1.ClusterTrustBundleSpec{SignerName: a.Spec.SignerName},
+		})
+	}
+	return out
+}
+
+// modify changes the Authority as the trust publisher would: its bundles'
+// record first, then the status.
+func (h *harness) modify(a *v1alpha1.Authority) {
+	h.record(a, recordOf(a))
+	h.watch.Modify(a)
+}
+
+// record writes r on a's bundles.
+func (h *harness) record(a *v1alpha1.Authority, r *record.Record) {
+	for _, b := range bundlesOf(a, r) {
+		h.bundles.Modify(b)
+	}
 }
 
 // lead makes h's Manager the leader until the test ends.
@@ -203,6 +269,42 @@ func (h *harness) issuing() string {
 	return g
 }
 
+// A status phase the trust publisher did not move is never signed with:
+// an identity that may write authorities/status (the token service's, say)
+// marks a generation Active, or swaps which one is, and the signer keeps
+// issuing with what the trust publisher's record on the bundles says, or
+// with nothing; the record moving is what moves it.
+func TestStatusActiveWithoutTheRecordIsNotSignedWith(t *testing.T) {
+	a, b := newTestCA(t, "a"), newTestCA(t, "b")
+	published := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseStaged})
+	h := start(t, published)
+	eventually(t, "generation a issuing", func() bool { return h.issuing() == "a" })
+
+	// The forger writes status only: b Active, a Retiring.
+	forged := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseRetiring}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
+	forged.ResourceVersion = "2"
+	h.watch.Modify(forged)
+	// The record still says a: a keeps issuing (b is not signed with).
+	time.Sleep(200 * time.Millisecond)
+	if g := h.issuing(); g != "a" {
+		t.Fatalf("issuing with %q after a forged status, want a (the record's Active)", g)
+	}
+
+	// A record with no Active at all (a fresh Authority whose status was
+	// forged before the trust publisher activated anything): nothing issues,
+	// and the error names the record.
+	h.record(forged, &record.Record{Authority: forged.Name, Revision: 2})
+	eventually(t, "nothing issuing", func() bool { return h.issuing() == "" })
+	_, _, err := h.m.Issuer(signerName).Current()
+	if !errors.Is(err, issuer.ErrUnavailable) || !strings.Contains(err.Error(), "says generation b is Active") || !strings.Contains(err.Error(), record.Annotation) {
+		t.Fatalf("Current() = %v, want ErrUnavailable naming the status's b and the record annotation", err)
+	}
+
+	// The trust publisher's own move (record first) is followed.
+	h.record(forged, recordOf(forged))
+	eventually(t, "generation b issuing once the record says so", func() bool { return h.issuing() == "b" })
+}
+
 // The generation whose observed phase is Active issues; when the observed
 // Active moves, the other key issues at once (no reopening), and the old
 // generation can no longer reserve (so it signs nothing more).
@@ -220,7 +322,7 @@ func TestObservedActiveGenerationIssues(t *testing.T) {
 
 	moved := authorityFor("unit", gen{"a", a, v1alpha1.PhasePromoted, v1alpha1.PhasePromoted}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
 	moved.ResourceVersion = "2"
-	h.watch.Modify(moved)
+	h.modify(moved)
 	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
 	auth, _, _ = h.m.Issuer(signerName).Current()
 	if auth.Signer().Fingerprint() != b.fp {
@@ -239,7 +341,7 @@ func TestObservedActiveGenerationIssues(t *testing.T) {
 
 	retired := authorityFor("unit", gen{"a", a, v1alpha1.PhaseRetired, v1alpha1.PhaseRetired}, gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
 	retired.ResourceVersion = "3"
-	h.watch.Modify(retired)
+	h.modify(retired)
 	eventually(t, "generation a's key closed", func() bool { return len(h.m.Keys()) == 1 })
 }
 
@@ -364,13 +466,13 @@ func TestKeyCheckIsWrittenWhenItChanges(t *testing.T) {
 	for i := range 5 {
 		again := obj.DeepCopy()
 		again.ResourceVersion = string(rune('2' + i))
-		h.watch.Modify(again)
+		h.modify(again)
 	}
 	// The handler runs the same way for every event: wait for a change
 	// that must be written, then count.
 	bad := authorityFor("unit", gen{"a", testCA{uri: a.uri, pem: b.pem}, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
 	bad.ResourceVersion = "9"
-	h.watch.Modify(bad)
+	h.modify(bad)
 	eventually(t, "the mismatch written", func() bool { return h.writer.count() >= 2 })
 	if n := h.writer.count(); n != 2 {
 		t.Fatalf("%d keyCheck writes, want 2 (one per change, none per resync)", n)
@@ -430,11 +532,11 @@ func TestReusedGenerationNameReservesAgain(t *testing.T) {
 	// reservation for it.
 	gone := authorityFor("unit", gen{"b", b, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
 	gone.ResourceVersion = "2"
-	h.watch.Modify(gone)
+	h.modify(gone)
 	eventually(t, "generation b issuing", func() bool { return h.issuing() == "b" })
 	reused := authorityFor("unit", gen{"b", b, v1alpha1.PhasePromoted, v1alpha1.PhasePromoted}, gen{"a", a2, v1alpha1.PhaseActive, v1alpha1.PhaseActive})
 	reused.ResourceVersion = "3"
-	h.watch.Modify(reused)
+	h.modify(reused)
 	var auth *authority.Authority
 	eventually(t, "the new generation a issuing", func() bool {
 		x, g, err := iss.Current()
@@ -451,7 +553,7 @@ func TestReusedGenerationNameReservesAgain(t *testing.T) {
 			}
 		}
 	}
-	h.watch.Modify(reported)
+	h.modify(reported)
 	eventually(t, "the reported keyCheck cached", func() bool {
 		obj, ok, _ := h.m.opts.Informer.GetIndexer().GetByKey("unit")
 		return ok && obj.(*v1alpha1.Authority).ResourceVersion == "4"
@@ -530,12 +632,12 @@ func TestRefusedPINIsNotRetried(t *testing.T) {
 	for i := range 5 {
 		again := obj.DeepCopy()
 		again.ResourceVersion = fmt.Sprint(10 + i)
-		h.watch.Modify(again)
+		h.modify(again)
 	}
 	c := newTestCA(t, "c")
 	more := authorityFor("unit", gen{"a", a, v1alpha1.PhaseActive, v1alpha1.PhaseActive}, gen{"b", bad, v1alpha1.PhaseStaged, ""}, gen{"c", c, v1alpha1.PhaseStaged, ""})
 	more.ResourceVersion = "20"
-	h.watch.Modify(more)
+	h.modify(more)
 	eventually(t, "c's key open", func() bool { return len(h.m.Keys()) == 2 })
 	if n := h.pinRefused.Load(); n != 1 {
 		t.Fatalf("the refused PIN was tried %d times, want once", n)
@@ -544,7 +646,7 @@ func TestRefusedPINIsNotRetried(t *testing.T) {
 	fixed := more.DeepCopy()
 	fixed.ResourceVersion = "21"
 	fixed.Spec.Generations[1].KeyURI = refusedPIN + ";object=b?pin-source=file:/etc/other-pin"
-	h.watch.Modify(fixed)
+	h.modify(fixed)
 	eventually(t, "the new key URI tried", func() bool { return h.pinRefused.Load() == 2 })
 }
 
@@ -560,7 +662,7 @@ func TestUnreadablePINFileIsRetried(t *testing.T) {
 	eventually(t, "b's key tried", func() bool { return h.pinUnreadable.Load() >= 1 })
 	again := obj.DeepCopy()
 	again.ResourceVersion = "10"
-	h.watch.Modify(again)
+	h.modify(again)
 	eventually(t, "b's key tried again", func() bool { return h.pinUnreadable.Load() >= 2 })
 	eventually(t, "keyCheck written", func() bool { return h.writer.count() >= 1 })
 	h.writer.mu.Lock()
@@ -596,7 +698,8 @@ func TestMissingAuthorityCRDIsSaidOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Options{Writer: &recordingWriter{}, Informer: inf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
+	binf := bundleInformer(watch.NewFake(), obj)
+	m, err := New(Options{Writer: &recordingWriter{}, Informer: inf, Bundles: binf, Signers: []Policy{{Name: signerName, MaxLifetime: 24 * time.Hour}},
 		Open: func(ctx context.Context, uri string) (backends.Signer, error) {
 			return reg.Open(ctx, backends.OpenRequest{URI: uri})
 		}})
@@ -607,6 +710,7 @@ func TestMissingAuthorityCRDIsSaidOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(log.context())
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.RunWithContext(ctx) })
+	wg.Go(func() { binf.RunWithContext(ctx) })
 	wg.Go(func() { _ = m.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 

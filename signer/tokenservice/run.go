@@ -129,8 +129,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	inf := authclient.NewInformer(auths, 0)
+	bundles := generations.NewBundleInformer(client, 0)
 	gens, err := generations.New(generations.Options{
-		Writer: auths, Informer: inf,
+		Writer: auths, Informer: inf, Bundles: bundles,
 		Signers: []generations.Policy{{Name: cfg.SignerName, MaxLifetime: cfg.TokenLifetime.Duration}},
 		// Guarded as the signer's CA keys are: a hung backend call never
 		// holds a request past its deadline, and /readyz reports a
@@ -179,6 +180,7 @@ func Run(ctx context.Context, o Options) error {
 	gensCtx, stopGens := context.WithCancel(context.WithoutCancel(ctx))
 	var gensDone sync.WaitGroup
 	gensDone.Go(func() { inf.Run(gensCtx.Done()) })
+	gensDone.Go(func() { bundles.Run(gensCtx.Done()) })
 	gensDone.Go(func() {
 		if err := gens.Run(gensCtx); err != nil {
 			logger.Error(err, "Token-signing generations stopped")
