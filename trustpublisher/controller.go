@@ -42,6 +42,9 @@ const (
 	EventOverrideStale   = "OverrideStale"
 	EventOverrideInvalid = "OverrideInvalid"
 	EventBundlePublished = "BundlePublished"
+	// EventPropagationWindowShort: spec.gates.propagationWindow is shorter
+	// than MinPropagationWindow of Options.KubeletSyncFrequency.
+	EventPropagationWindowShort = "PropagationWindowShort"
 )
 
 const (
@@ -73,6 +76,10 @@ type Options struct {
 	// Workers (default 1) and Resync (default 10m) of the informers.
 	Workers int
 	Resync  time.Duration
+	// KubeletSyncFrequency is the cluster's longest kubelet syncFrequency
+	// (default 1m, kubelet's own): a propagationWindow shorter than
+	// MinPropagationWindow of it is reported (PropagationWindowSafe).
+	KubeletSyncFrequency time.Duration
 }
 
 // authorityWriter is what sync writes through (authclient.Client in
@@ -116,6 +123,9 @@ type Controller struct {
 	// pending: per Authority, the phases this controller last applied
 	// (by generation), which its record on the bundles may not hold yet.
 	pending map[string]map[string]phaserecord.Entry
+	// windowWarned: per Authority, the propagationWindow last warned of
+	// as too short (a Warning Event and a log line once per value).
+	windowWarned map[string]time.Duration
 	// reported: per Authority, the findings already reported, by
 	// generation (record.Verify), so each is reported once.
 	reported map[string]map[string]string
@@ -161,6 +171,9 @@ func New(opts Options) (*Controller, error) {
 }
 
 func newController(opts Options, w authorityWriter, authorities cache.SharedIndexInformer, m *metrics) *Controller {
+	if opts.KubeletSyncFrequency <= 0 {
+		opts.KubeletSyncFrequency = DefaultKubeletSyncFrequency
+	}
 	signers := map[string]bool{}
 	for _, s := range opts.SignerNames {
 		signers[s] = true
@@ -182,6 +195,8 @@ func newController(opts Options, w authorityWriter, authorities cache.SharedInde
 		staleRV:    map[string]string{},
 		pending:    map[string]map[string]phaserecord.Entry{},
 		reported:   map[string]map[string]string{},
+
+		windowWarned: map[string]time.Duration{},
 	}
 }
 

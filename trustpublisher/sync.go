@@ -36,6 +36,10 @@ const (
 	ReasonURLFailed          = "URLFailed"
 	ReasonReadyPodsDropped   = "ReadyPodsDropped"
 	ReasonPodsUnreadable     = "PodsUnreadable"
+	// Reasons of ConditionPropagationWindowSafe (and the Warning Event
+	// EventPropagationWindowShort).
+	ReasonCoversKubeletSync      = "CoversKubeletSync"
+	ReasonShorterThanKubeletSync = "ShorterThanKubeletSync"
 )
 
 // ownStatus is exactly the trust publisher's share of an Authority's
@@ -159,6 +163,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	pending := c.pendingOf(name)
 	findings := record.Verify(a, rec, pending)
 	c.reportFindings(ctx, a, findings)
+	c.warnWindow(ctx, a)
 	work := trustedCopy(a, rec, pending)
 
 	// Canary health first: its condition is an input of the gates.
@@ -402,6 +407,11 @@ func (c *Controller) compose(next *v1alpha1.Authority, plan Plan, bundles []desi
 	}
 	if next.Spec.Gates.CanaryHealth == nil {
 		meta.RemoveStatusCondition(&out.Status.Conditions, v1alpha1.ConditionCanaryHealthy)
+	}
+	if msg, short := c.windowShort(next); short {
+		set(v1alpha1.ConditionPropagationWindowSafe, false, ReasonShorterThanKubeletSync, msg)
+	} else {
+		set(v1alpha1.ConditionPropagationWindowSafe, true, ReasonCoversKubeletSync, msg)
 	}
 	own := ownOf(out)
 	return own

@@ -121,6 +121,36 @@ type SignerConfiguration struct {
 type TrustPublisher struct {
 	// Enabled runs the trust publisher (default true).
 	Enabled *bool `json:"enabled,omitempty"`
+	// KubeletSyncFrequency is the longest syncFrequency of the cluster's
+	// kubelets (kubelet's default 1m). A running pod's projected
+	// clusterTrustBundle file changes only at its pod's next sync: up to
+	// about 1.5× this plus 30s after the bundle does (69–89s were measured
+	// at 1m). An Authority whose propagationWindow is shorter gets
+	// condition PropagationWindowSafe=False and a Warning Event (default
+	// 1m; docs/rotation.md, "Why the window is 5 minutes").
+	KubeletSyncFrequency metav1.Duration `json:"kubeletSyncFrequency,omitempty"`
+}
+
+// DefaultKubeletSyncFrequency is kubelet's own default syncFrequency.
+const DefaultKubeletSyncFrequency = time.Minute
+
+// Default fills the defaults of a trust publisher's configuration.
+func (t *TrustPublisher) Default() {
+	if t.Enabled == nil {
+		on := true
+		t.Enabled = &on
+	}
+	if t.KubeletSyncFrequency.Duration == 0 {
+		t.KubeletSyncFrequency.Duration = DefaultKubeletSyncFrequency
+	}
+}
+
+// Validate reports the trust publisher's problems under path.
+func (t *TrustPublisher) Validate(path *field.Path) field.ErrorList {
+	if t.KubeletSyncFrequency.Duration < 0 {
+		return field.ErrorList{field.Invalid(path.Child("kubeletSyncFrequency"), t.KubeletSyncFrequency.Duration.String(), "must not be negative")}
+	}
+	return nil
 }
 
 // KubeClient says how to reach the apiserver.
@@ -401,10 +431,7 @@ func (c *SignerConfiguration) Default() {
 	if c.HealthAddress == "" {
 		c.HealthAddress = ":9091"
 	}
-	if c.TrustPublisher.Enabled == nil {
-		t := true
-		c.TrustPublisher.Enabled = &t
-	}
+	c.TrustPublisher.Default()
 	le := &c.LeaderElection
 	if le.Enabled == nil {
 		t := true
@@ -486,6 +513,7 @@ func (c *SignerConfiguration) Validate() field.ErrorList {
 	if c.Events.PerSecond < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("events", "perSecond"), c.Events.PerSecond, "must not be negative"))
 	}
+	errs = append(errs, c.TrustPublisher.Validate(field.NewPath("trustPublisher"))...)
 	if c.FailAfter.Duration < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("failAfter"), c.FailAfter.Duration.String(), "must not be negative"))
 	}

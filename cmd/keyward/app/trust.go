@@ -17,6 +17,7 @@ import (
 	"github.com/keyward/keyward/trustpublisher"
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -256,6 +257,9 @@ func printAuthority(w io.Writer, a *v1alpha1.Authority, output string, now time.
 		fmt.Fprintf(w, "  override annotation unusable: %v\n", plan.OverrideErr)
 	} else if plan.Override != nil {
 		fmt.Fprintf(w, "  override pending: %v (reason %q, by %s)\n", plan.Override.Generations, plan.Override.Reason, orDash(plan.Override.RequestedBy))
+	}
+	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionPropagationWindowSafe); c != nil && c.Status == metav1.ConditionFalse {
+		fmt.Fprintf(w, "  WARNING: %s\n", c.Message)
 	}
 	fmt.Fprintln(w, "\nBUNDLES")
 	tw = tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)

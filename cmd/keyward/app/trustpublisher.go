@@ -33,6 +33,7 @@ func trustPublisherCompanions(tp config.TrustPublisher) []signer.Companion {
 		c, err := trustpublisher.New(trustpublisher.Options{
 			Client: env.Client, Authorities: auths, SignerNames: env.SignerNames,
 			Recorder: env.NewRecorder("keyward-trustpublisher"), Metrics: env.Metrics,
+			KubeletSyncFrequency: tp.KubeletSyncFrequency.Duration,
 		})
 		if err != nil {
 			return fmt.Errorf("building the trust publisher: %w", err)

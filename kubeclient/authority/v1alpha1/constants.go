@@ -47,6 +47,12 @@ const (
 	// ConditionReady is True when one generation is Active and its key
 	// reported ready.
 	ConditionReady = "Ready"
+	// ConditionPropagationWindowSafe is False when spec.gates'
+	// propagationWindow is shorter than a running pod takes to see a
+	// bundle change at the kubelet sync frequency the trust publisher was
+	// told (trustPublisher.kubeletSyncFrequency): a new root could issue
+	// before running pods trust it. It warns; it holds no gate.
+	ConditionPropagationWindowSafe = "PropagationWindowSafe"
 )
 
 // OverrideAnnotation asks the controller to skip the gates for the named

@@ -86,10 +86,7 @@ func (c *TokenServiceConfiguration) Default() {
 	if le.RetryPeriod.Duration == 0 {
 		le.RetryPeriod.Duration = 2 * time.Second
 	}
-	if c.TrustPublisher.Enabled == nil {
-		t := true
-		c.TrustPublisher.Enabled = &t
-	}
+	c.TrustPublisher.Default()
 	if c.Listen.Address == "" {
 		c.Listen.Address = DefaultListenAddress
 	}
@@ -129,6 +126,7 @@ func (c *TokenServiceConfiguration) Default() {
 // problem with its field path.
 func (c *TokenServiceConfiguration) Validate() field.ErrorList {
 	errs := strictyaml.CheckTypeMeta(c.APIVersion, c.Kind, APIVersion, Kind)
+	errs = append(errs, c.TrustPublisher.Validate(field.NewPath("trustPublisher"))...)
 	if c.KubeClient.QPS < 0 || c.KubeClient.Burst < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("kubeClient"), c.KubeClient, "qps and burst must not be negative"))
 	}
