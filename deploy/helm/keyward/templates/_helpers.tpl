@@ -113,7 +113,7 @@ affinity:
 {{- $_ := set $cfg "leaderElection" $le -}}
 {{- $_ = set $cfg "metricsAddress" ":9090" -}}
 {{- $_ = set $cfg "healthAddress" ":9091" -}}
-{{- $_ = set $cfg "trustPublisher" (dict "enabled" $s.trustPublisher) -}}
+{{- $_ = set $cfg "trustPublisher" (dict "enabled" $s.trustPublisher "kubeletSyncFrequency" .Values.kubeletSyncFrequency) -}}
 {{- if and (eq $s.backend.type "pkcs11") $s.backend.pkcs11Library.path -}}
 {{- $b := default (dict) $cfg.backends -}}
 {{- $p := default (dict) $b.pkcs11 -}}
@@ -135,7 +135,7 @@ kind: SignerConfiguration
 {{- $_ = set $cfg "metricsAddress" ":9092" -}}
 {{- $_ = set $cfg "healthAddress" ":9093" -}}
 {{- $_ = set $cfg "listen" (dict "address" ":8443" "tlsCertFile" "/etc/keyward/tls/tls.crt" "tlsKeyFile" "/etc/keyward/tls/tls.key") -}}
-{{- $_ = set $cfg "trustPublisher" (dict "enabled" .Values.tokenService.trustPublisher) -}}
+{{- $_ = set $cfg "trustPublisher" (dict "enabled" .Values.tokenService.trustPublisher "kubeletSyncFrequency" .Values.kubeletSyncFrequency) -}}
 apiVersion: keyward.dev/v1alpha1
 kind: TokenServiceConfiguration
 {{ toYaml $cfg }}
