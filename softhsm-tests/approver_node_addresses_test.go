@@ -4,16 +4,20 @@ import (
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -188,72 +192,164 @@ func TestSignerFailsApprovedWildcardServingCSR(t *testing.T) {
 	}
 }
 
-// managerOwnsAddresses reports whether manager owns an entry of
-// status.addresses in n's managedFields.
-func managerOwnsAddresses(n *corev1.Node, manager string) bool {
-	for _, mf := range n.ManagedFields {
-		if mf.Manager != manager || mf.FieldsV1 == nil {
-			continue
-		}
-		var f map[string]map[string]map[string]any
-		if json.Unmarshal(mf.FieldsV1.Raw, &f) == nil && len(f["f:status"]["f:addresses"]) > 0 {
-			return true
-		}
+// nodeAddressLockFile is the shipped ValidatingAdmissionPolicy (the Helm
+// chart's copy is checked equal by make lint).
+var nodeAddressLockFile = filepath.Join("..", "deploy", "kustomize", "components", "node-address-lock", "policy.yaml")
+
+// installNodeAddressLock applies the shipped node address lock until the
+// test ends, and waits until the apiserver enforces it (a policy takes
+// effect once its binding is compiled, not at create).
+func installNodeAddressLock(t *testing.T, ctx context.Context) {
+	t.Helper()
+	manifest, err := os.ReadFile(nodeAddressLockFile)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false
+	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifest); err != nil {
+		t.Fatalf("applying %s: %v", nodeAddressLockFile, err)
+	}
+	t.Cleanup(func() {
+		adm := cp.AdminClient().AdmissionregistrationV1()
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(context.Background(), "keyward-node-address-lock", metav1.DeleteOptions{})
+		_ = adm.ValidatingAdmissionPolicies().Delete(context.Background(), "keyward-node-address-lock", metav1.DeleteOptions{})
+	})
+	probe := addressNode(t, ctx, "lock-probe")
+	tries := 0
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := cp.AdminClient().CoreV1().Nodes().Get(ctx, probe, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		tries++ // a new address each time: an unchanged one is allowed
+		n.Status.Addresses = []corev1.NodeAddress{addr(corev1.NodeInternalIP, fmt.Sprintf("10.63.255.%d", tries%250+1))}
+		_, err = nodeClient(t, probe).CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the node address lock is not enforced 30s after it was applied: %v", err)
+	}
 }
 
-// approval.trustedAddressManagers counts a Node address only when a
-// trusted field manager wrote it, as managedFields say. kube-apiserver
-// v1.37.1 keeps no managedFields on Node objects at all (a ConfigMap
-// written the same way has them): neither the cloud controller's write
-// nor a node's forgery leaves a record. So with trustedAddressManagers
-// set, no IP SAN is believed, whoever wrote it: every one is left for a
-// human (docs/approver.md, threat model). If a later apiserver records
-// them, this test fails and the forgery question must be answered anew.
-func TestTrustedAddressManagersAndNodeForgery(t *testing.T) {
+// The shipped node address lock (deploy/kustomize/components/node-address-lock,
+// Helm approver.nodeAddressLock) is the way not to take a node's own word
+// for its addresses, enforced by the real apiserver together with
+// NodeRestriction:
+//   - a node cannot change its own status.addresses (the forgery of
+//     TestNodeCannotObtainServingCertificateForAddressesItWrote);
+//   - it cannot register with IP addresses unless tainted
+//     node.cloudprovider.kubernetes.io/uninitialized, and NodeRestriction
+//     keeps it from removing that taint;
+//   - its ordinary status updates (conditions, same addresses) pass;
+//   - the cloud controller (here an admin identity) writes addresses and
+//     removes the taint.
+//
+// The approver holds an IP SAN while the Node is uninitialized and
+// approves it once the cloud controller has written it.
+func TestNodeAddressLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	installApproverRBAC(t, ctx)
 	letNodesRequest(t, ctx)
+	installNodeAddressLock(t, ctx)
 	admin := cp.AdminClient()
-	const ccm = "cloud-controller-manager"
 
-	own, trusted, forged := addressNode(t, ctx, "own"), addressNode(t, ctx, "ccm"), addressNode(t, ctx, "forged-name")
-	// The node's own word (kubelet's field manager).
-	writeAddresses(t, ctx, nodeClient(t, own), own, "kubelet", addr(corev1.NodeInternalIP, "10.62.0.5"))
-	// The cloud controller's (here the admin, writing as that manager).
-	n := writeAddresses(t, ctx, admin, trusted, ccm, addr(corev1.NodeInternalIP, "10.62.0.7"))
-	if len(n.ManagedFields) > 0 {
-		t.Errorf("Node %s carries managedFields %+v: this apiserver records Node writers, so trustedAddressManagers can now work and a node naming itself %s must be tested (update docs/approver.md)", trusted, n.ManagedFields, ccm)
-	}
-	// The node writes its own status naming itself the trusted manager.
-	n = writeAddresses(t, ctx, nodeClient(t, forged), forged, ccm, addr(corev1.NodeInternalIP, "10.62.0.9"))
-	if managerOwnsAddresses(n, ccm) {
-		t.Errorf("a node writing as field manager %s is recorded as that manager: %+v (update docs/approver.md: managedFields are then no proof against the node)", ccm, n.ManagedFields)
-	}
-
-	startApprover(t, `- name: kubernetes.io/kubelet-serving
-  profile: kubeletServing
-  approval: {allowedIPRanges: [10.62.0.0/16], trustedAddressManagers: [cloud-controller-manager]}
-`)
-	serve := func(t *testing.T, node, ip string) *certv1.CertificateSigningRequest {
-		return createTestCSR(t, ctx, nodeClient(t, node), certv1.KubeletServingSignerName, servingRequest(t, node, []string{node}, []string{ip}), servingUsages)
-	}
-	t.Run("an address only the node itself wrote is left for a human", func(t *testing.T) {
-		waitNotAutoApproved(t, ctx, serve(t, own, "10.62.0.5").Name, "10.62.0.5")
-	})
-	t.Run("an address the trusted manager wrote is left for a human too (Nodes carry no managedFields)", func(t *testing.T) {
-		waitNotAutoApproved(t, ctx, serve(t, trusted, "10.62.0.7").Name, "10.62.0.7")
-	})
-	t.Run("a node that writes as the trusted manager is not believed", func(t *testing.T) {
-		waitNotAutoApproved(t, ctx, serve(t, forged, "10.62.0.9").Name, "10.62.0.9")
-	})
-	t.Run("an address is still only its Node's: another node cannot take it", func(t *testing.T) {
-		c := createTestCSR(t, ctx, nodeClient(t, own), certv1.KubeletServingSignerName, servingRequest(t, own, []string{own}, []string{"10.62.0.9"}), servingUsages)
-		cond := waitDecided(t, ctx, c.Name)
-		if cond.Type != certv1.CertificateDenied || !strings.Contains(cond.Message, forged) {
-			t.Fatalf("%s %s: %s, want Denied naming Node %s", cond.Type, cond.Reason, cond.Message, forged)
+	t.Run("a node cannot change its own addresses", func(t *testing.T) {
+		name := addressNode(t, ctx, "locked")
+		n, err := nodeClient(t, name).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Addresses = []corev1.NodeAddress{addr(corev1.NodeInternalIP, "10.63.0.9"), addr(corev1.NodeHostName, "*.nodes.example.com")}
+		_, err = nodeClient(t, name).CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may not change its own status.addresses") {
+			t.Fatalf("a node writing its own addresses: %v, want refused by keyward-node-address-lock", err)
+		}
+		// Its ordinary status update (a condition, addresses untouched) passes.
+		n, _ = nodeClient(t, name).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		if _, err := nodeClient(t, name).CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("a node's status update that keeps its addresses: %v", err)
 		}
 	})
+
+	t.Run("a node registers IP addresses only while uninitialized, and cannot lift the taint", func(t *testing.T) {
+		name := uniqueName(t, "register")
+		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{addr(corev1.NodeInternalIP, "10.63.0.20")}}}
+		_, err := nodeClient(t, name).CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may register IP addresses only with taint") {
+			t.Fatalf("a node registering with an IP and no taint: %v, want refused by keyward-node-address-lock", err)
+		}
+		node.Spec.Taints = []corev1.Taint{{Key: approver.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		if _, err := nodeClient(t, name).CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a node registering with an IP under the uninitialized taint (kubelet --cloud-provider=external): %v", err)
+		}
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := nodeClient(t, name).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Spec.Taints = nil
+			_, err = nodeClient(t, name).CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("a node removing its own uninitialized taint: %v, want Forbidden (NodeRestriction)", err)
+		}
+
+		startApprover(t, `- name: kubernetes.io/kubelet-serving
+  profile: kubeletServing
+  approval: {allowedIPRanges: [10.63.0.0/16]}
+`)
+		held := createTestCSR(t, ctx, nodeClient(t, name), certv1.KubeletServingSignerName, servingRequest(t, name, []string{name}, []string{"10.63.0.20"}), servingUsages)
+		waitNotAutoApproved(t, ctx, held.Name, approver.TaintUninitialized)
+
+		// The cloud controller initializes the Node: the cloud's address,
+		// taint removed (an identity other than the node's).
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Spec.Taints = nil
+			_, err = admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeAddresses(t, ctx, admin, name, "cloud-controller-manager", addr(corev1.NodeInternalIP, "10.63.0.21"))
+		waitNodeAddress(t, ctx, name, "10.63.0.21")
+		// The approver's Node informer follows the apiserver by a watch
+		// event; a CSR it sees first would be held, not retried.
+		time.Sleep(time.Second)
+		ok := createTestCSR(t, ctx, nodeClient(t, name), certv1.KubeletServingSignerName, servingRequest(t, name, []string{name}, []string{"10.63.0.21"}), servingUsages)
+		if cond := waitDecided(t, ctx, ok.Name); cond.Type != certv1.CertificateApproved {
+			t.Fatalf("the cloud controller's address after initialization: %s %s: %s, want Approved", cond.Type, cond.Reason, cond.Message)
+		}
+		stale := createTestCSR(t, ctx, nodeClient(t, name), certv1.KubeletServingSignerName, servingRequest(t, name, []string{name}, []string{"10.63.0.20"}), servingUsages)
+		waitNotAutoApproved(t, ctx, stale.Name, "10.63.0.20")
+	})
+}
+
+// waitNodeAddress waits until the approver can have seen ip on Node name
+// (the apiserver serves it; the approver's informer follows within its
+// watch latency, which waitDecided's retry covers).
+func waitNodeAddress(t *testing.T, ctx context.Context, name, ip string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := cp.AdminClient().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Address == ip {
+				return len(n.Spec.Taints) == 0, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("Node %s never showed address %s untainted: %v", name, ip, err)
+	}
 }

@@ -463,7 +463,7 @@ func (c *Controller) syncCustom(ctx context.Context, r *customRules, csr *certif
 		if node == nil {
 			return err
 		}
-		if d := nodeIPs(req, node, c.nodes, r.trustedManagers); d != nil {
+		if d := nodeIPs(req, node, c.nodes); d != nil {
 			return c.write(ctx, csr, false, d.reason, d.message)
 		}
 	}

@@ -1,10 +1,9 @@
 package approver
 
 import (
-	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -55,51 +54,28 @@ func (n nodeCache) othersWithIP(ip netip.Addr, self string) []string {
 	return out
 }
 
-// trustedAddressTypes are the status.addresses entry types (the list's
-// map key) whose address one of managers owns in n's managedFields. A
-// manager's name is whatever its writer called itself: this says which
-// manager wrote an entry, not who.
-func trustedAddressTypes(n *corev1.Node, managers []string) map[corev1.NodeAddressType]bool {
-	out := map[corev1.NodeAddressType]bool{}
-	for _, mf := range n.ManagedFields {
-		if !slices.Contains(managers, mf.Manager) || mf.FieldsV1 == nil {
-			continue
-		}
-		var fields struct {
-			Status struct {
-				Addresses map[string]map[string]any `json:"f:addresses"`
-			} `json:"f:status"`
-		}
-		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
-			continue
-		}
-		for key, entry := range fields.Status.Addresses {
-			raw, ok := strings.CutPrefix(key, "k:")
-			if !ok {
-				continue
-			}
-			var k struct {
-				Type corev1.NodeAddressType `json:"type"`
-			}
-			if _, owns := entry["f:address"]; owns && json.Unmarshal([]byte(raw), &k) == nil && k.Type != "" {
-				out[k.Type] = true
-			}
-		}
-	}
-	return out
+// TaintUninitialized is the taint kubelet registers a Node with under
+// --cloud-provider=external; the cloud controller removes it when it has
+// written the Node's addresses from the cloud's own record. A node may
+// not remove its own taints (NodeRestriction).
+const TaintUninitialized = "node.cloudprovider.kubernetes.io/uninitialized"
+
+// uninitialized reports whether node's addresses are still only what the
+// node registered with: the cloud controller has not initialized it.
+func uninitialized(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintUninitialized })
 }
 
 // nodeAddrIPs is node's InternalIP and ExternalIP addresses (those that
-// parse), which an IP SAN must be among; with managers set, only those
-// whose entry one of them owns.
-func nodeAddrIPs(node *corev1.Node, managers []string) []netip.Addr {
-	var trusted map[corev1.NodeAddressType]bool
-	if len(managers) > 0 {
-		trusted = trustedAddressTypes(node, managers)
+// parse), which an IP SAN must be among; none while the node is
+// uninitialized.
+func nodeAddrIPs(node *corev1.Node) []netip.Addr {
+	if uninitialized(node) {
+		return nil
 	}
 	var ips []netip.Addr
 	for _, a := range node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP || trusted != nil && !trusted[a.Type] {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue
 		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil {
@@ -107,4 +83,12 @@ func nodeAddrIPs(node *corev1.Node, managers []string) []netip.Addr {
 		}
 	}
 	return ips
+}
+
+// notOnNode is the message of an IP SAN not among nodeAddrIPs(node).
+func notOnNode(ip netip.Addr, node *corev1.Node) string {
+	if uninitialized(node) {
+		return fmt.Sprintf("IP subjectAltName %s: Node %s still has taint %s, so its addresses are only what the node registered with; the cloud controller has not written them yet", ip, node.Name, TaintUninitialized)
+	}
+	return fmt.Sprintf("IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)
 }

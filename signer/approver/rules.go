@@ -67,9 +67,8 @@ func hold(reason, format string, args ...any) *denial {
 
 // servingRules are the approval rules of the kubelet serving name.
 type servingRules struct {
-	dnsSuffixes     []string
-	ipRanges        []netip.Prefix
-	trustedManagers []string
+	dnsSuffixes []string
+	ipRanges    []netip.Prefix
 }
 
 func newServingRules(a *config.Approval) (*servingRules, error) {
@@ -80,7 +79,6 @@ func newServingRules(a *config.Approval) (*servingRules, error) {
 	for _, s := range a.AllowedDNSSuffixes {
 		r.dnsSuffixes = append(r.dnsSuffixes, strings.ToLower(s))
 	}
-	r.trustedManagers = a.TrustedAddressManagers
 	for _, s := range a.AllowedIPRanges {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -130,8 +128,8 @@ func (r *servingRules) dnsOwners(name string) []string {
 // servingSANs checks every SAN of node's serving CSR. A SAN bound to
 // another Node (its name, <its name>.<suffix>, or an IP it lists) is
 // Denied; a SAN not proven the node's (not its name or <name>.<suffix>,
-// an IP outside allowedIPRanges or not among the Node's addresses as
-// approval.trustedAddressManagers count them) is held for a human. The
+// an IP outside allowedIPRanges or not among the Node's addresses, or any
+// IP while the Node is uninitialized) is held for a human. The
 // first offending SAN is named, denials before holds.
 func (r *servingRules) servingSANs(req *x509.CertificateRequest, node *corev1.Node, nodes nodeCache) *denial {
 	var ips []netip.Addr
@@ -162,16 +160,13 @@ func (r *servingRules) servingSANs(req *x509.CertificateRequest, node *corev1.No
 			return hold(ReasonSANNotAllowed, "DNS subjectAltName %q is neither the node's name %s nor %s.<suffix> for approval.allowedDNSSuffixes %v", name, node.Name, node.Name, r.dnsSuffixes)
 		}
 	}
-	own := nodeAddrIPs(node, r.trustedManagers)
+	own := nodeAddrIPs(node)
 	for _, ip := range ips {
 		if !slices.ContainsFunc(r.ipRanges, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			return hold(ReasonSANNotAllowed, "IP subjectAltName %s is not in approval.allowedIPRanges %v (none: no IP SAN is approved automatically)", ip, r.ipRanges)
 		}
 		if !slices.Contains(own, ip) {
-			if len(r.trustedManagers) > 0 {
-				return hold(ReasonSANNotOnNode, "IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s written by one of approval.trustedAddressManagers %v", ip, node.Name, r.trustedManagers)
-			}
-			return hold(ReasonSANNotOnNode, "IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)
+			return hold(ReasonSANNotOnNode, "%s", notOnNode(ip, node))
 		}
 	}
 	return nil
@@ -189,12 +184,10 @@ type customRules struct {
 	users, groups []string
 	policy        *csrsigner.Policy // nil: the name has no csr rules
 	nodeBound     bool
-	// trustedManagers: approval.trustedAddressManagers (IP SANs).
-	trustedManagers []string
 }
 
 func newCustomRules(s config.Signer) (*customRules, error) {
-	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups, nodeBound: s.Approval.NodeBound, trustedManagers: s.Approval.TrustedAddressManagers}
+	r := &customRules{users: s.Approval.Users, groups: s.Approval.Groups, nodeBound: s.Approval.NodeBound}
 	if s.CSR == nil {
 		return r, nil
 	}
@@ -344,8 +337,8 @@ func boundURI(u *url.URL, node string, patterns []string) bool {
 
 // nodeIPs checks that every IP SAN is an InternalIP or ExternalIP of
 // node (as managers count them) and of no other Node.
-func nodeIPs(req *x509.CertificateRequest, node *corev1.Node, nodes nodeCache, managers []string) *denial {
-	ips := nodeAddrIPs(node, managers)
+func nodeIPs(req *x509.CertificateRequest, node *corev1.Node, nodes nodeCache) *denial {
+	ips := nodeAddrIPs(node)
 	for _, raw := range req.IPAddresses {
 		ip, ok := addrOf(raw)
 		if !ok {
@@ -355,7 +348,7 @@ func nodeIPs(req *x509.CertificateRequest, node *corev1.Node, nodes nodeCache, m
 			return deny(ReasonSANNotAllowed, "approval.nodeBound: IP subjectAltName %s is an address of Node %s, not only of the requesting Node %s", ip, strings.Join(others, ", "), node.Name)
 		}
 		if !slices.Contains(ips, ip) {
-			return deny(ReasonSANNotOnNode, "approval.nodeBound: IP subjectAltName %s is not an InternalIP or ExternalIP address of Node %s", ip, node.Name)
+			return deny(ReasonSANNotOnNode, "approval.nodeBound: %s", notOnNode(ip, node))
 		}
 	}
 	return nil

@@ -43,14 +43,6 @@ func validateApproval(a *Approval, profile string, rules *CSRPolicy, signer *fie
 			}
 		}
 	}
-	if len(a.TrustedAddressManagers) > 0 && profile != ProfileKubeletServing && !(profile == ProfileCSR && a.NodeBound) {
-		errs = append(errs, field.Forbidden(p.Child("trustedAddressManagers"), "applies only to profile kubeletServing, or csr with nodeBound (the names that check a Node's addresses)"))
-	}
-	for j, m := range a.TrustedAddressManagers {
-		if strings.TrimSpace(m) == "" {
-			errs = append(errs, field.Invalid(p.Child("trustedAddressManagers").Index(j), m, "must not be empty"))
-		}
-	}
 	if a.NodeBound && profile != ProfileCSR {
 		errs = append(errs, field.Forbidden(p.Child("nodeBound"), "applies only to profile csr (kubelet CSRs are bound to their node already)"))
 	}

@@ -295,16 +295,12 @@ type Approval struct {
 	AllowedDNSSuffixes []string `json:"allowedDNSSuffixes,omitempty"`
 	// AllowedIPRanges (profile kubeletServing, CIDRs): an IP SAN is
 	// approved only inside one of them, when it is an InternalIP or
-	// ExternalIP of the requesting Node and of no other Node. Empty: no
-	// IP SAN is approved automatically.
+	// ExternalIP of the requesting Node and of no other Node, and the Node
+	// no longer has taint node.cloudprovider.kubernetes.io/uninitialized.
+	// Empty: no IP SAN is approved automatically. A node writes its own
+	// addresses unless the node-address-lock admission policy is installed
+	// (docs/approver.md, threat model).
 	AllowedIPRanges []string `json:"allowedIPRanges,omitempty"`
-	// TrustedAddressManagers (kubeletServing, or csr with nodeBound) are
-	// managedFields manager names, e.g. cloud-controller-manager: when
-	// set, a Node address counts only if one of them owns that entry of
-	// status.addresses. kube-apiserver v1.37.1 keeps no managedFields on
-	// Nodes, so in practice every IP SAN is then left for a human; and a
-	// manager name is chosen by the writer (docs/approver.md, threat model).
-	TrustedAddressManagers []string `json:"trustedAddressManagers,omitempty"`
 	// NodeBound (profile csr) approves only requests from a node identity
 	// (system:node:<name>, group system:nodes) for names of that node:
 	// the subject CN and every DNS SAN are <name>.<suffix> for a pattern
