@@ -12,7 +12,6 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -205,71 +204,14 @@ func TestChartRBACIsTheGenerators(t *testing.T) {
 			for _, c := range checks {
 				t.Log(c)
 			}
-			// The RBAC authorizer reads through a cache: ask until it has
-			// caught up (a wrong grant never becomes right by waiting).
-			if err := eventually(ctx, func(ctx context.Context) error { return rbac.Prove(ctx, cp.AdminClient(), checks) }); err != nil {
+			// ProveApplied asks until the authorizer's cache has caught up
+			// (a wrong grant never becomes right by waiting), then leaves
+			// nothing for the next sample: it deletes the RBAC and waits
+			// until every grant is gone from the authorizer's view too.
+			if err := rbac.ProveApplied(ctx, cp.AdminClient(), checks, onlyRBAC(objs)); err != nil {
 				t.Error(err)
 			}
-			// Leave nothing for the next sample: delete, then wait until
-			// every grant is gone from the authorizer's view too.
-			deleteRBAC(t, ctx, onlyRBAC(objs))
-			var gone []rbac.Check
-			for _, c := range checks {
-				if c.Allowed {
-					c.Allowed = false
-					gone = append(gone, c)
-				}
-			}
-			if err := eventually(ctx, func(ctx context.Context) error { return rbac.Prove(ctx, cp.AdminClient(), gone) }); err != nil {
-				t.Fatalf("the grants outlived their deletion: %v", err)
-			}
 		})
-	}
-}
-
-// eventually retries f every 200ms until it succeeds or 30s pass, and
-// returns the last error f gave before the deadline.
-func eventually(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var last error
-	for {
-		err := f(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() == nil || last == nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func deleteRBAC(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
-	t.Helper()
-	c := cp.AdminClient()
-	for _, o := range objs {
-		var err error
-		n, ns := o.GetName(), o.GetNamespace()
-		switch o.GetKind() {
-		case "ServiceAccount":
-			err = c.CoreV1().ServiceAccounts(ns).Delete(ctx, n, metav1.DeleteOptions{})
-		case "ClusterRole":
-			err = c.RbacV1().ClusterRoles().Delete(ctx, n, metav1.DeleteOptions{})
-		case "ClusterRoleBinding":
-			err = c.RbacV1().ClusterRoleBindings().Delete(ctx, n, metav1.DeleteOptions{})
-		case "Role":
-			err = c.RbacV1().Roles(ns).Delete(ctx, n, metav1.DeleteOptions{})
-		case "RoleBinding":
-			err = c.RbacV1().RoleBindings(ns).Delete(ctx, n, metav1.DeleteOptions{})
-		}
-		if err != nil {
-			t.Fatalf("deleting %s %s: %v", o.GetKind(), n, err)
-		}
 	}
 }
 

@@ -10,9 +10,7 @@ import (
 	"github.com/keyward/keyward/internal/controlplane"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
 )
 
 // rbacInput is deploy/rbac's Input for a build: its own configuration
@@ -89,65 +87,12 @@ func TestBuildsKeepEachComponentToItsOwnTrust(t *testing.T) {
 				t.Log(c)
 			}
 			t.Logf("%d checks in all (%d in the isolation matrix)", len(checks), len(isolation))
-			// The RBAC authorizer reads through a cache: ask until it
-			// has caught up with what this build applied.
-			if err := eventually(ctx, func(ctx context.Context) error { return rbac.Prove(ctx, cp.AdminClient(), checks) }); err != nil {
-				t.Errorf("%s: RBAC differs from its expectations:\n%v", b.dir, err)
-			}
-			// The ClusterRoles are cluster-wide: remove them before the
-			// next build, and wait until the authorizer no longer grants.
-			gone := []rbac.Check{}
-			for _, c := range checks {
-				if c.Allowed {
-					c.Allowed = false
-					gone = append(gone, c)
-				}
-			}
-			deleteRBAC(t, ctx, cp.AdminClient(), applied)
-			if err := eventually(ctx, func(ctx context.Context) error { return rbac.Prove(ctx, cp.AdminClient(), gone) }); err != nil {
-				t.Fatalf("the grants outlived their deletion: %v", err)
+			// The ClusterRoles are cluster-wide: ProveApplied removes them
+			// before the next build, and waits until the authorizer no
+			// longer grants.
+			if err := rbac.ProveApplied(ctx, cp.AdminClient(), checks, applied); err != nil {
+				t.Errorf("%s: %v", b.dir, err)
 			}
 		})
-	}
-}
-
-func deleteRBAC(t *testing.T, ctx context.Context, c kubernetes.Interface, objs []*unstructured.Unstructured) {
-	t.Helper()
-	for _, o := range objs {
-		var err error
-		n, ns := o.GetName(), o.GetNamespace()
-		switch o.GetKind() {
-		case "ServiceAccount":
-			err = c.CoreV1().ServiceAccounts(ns).Delete(ctx, n, metav1.DeleteOptions{})
-		case "ClusterRole":
-			err = c.RbacV1().ClusterRoles().Delete(ctx, n, metav1.DeleteOptions{})
-		case "ClusterRoleBinding":
-			err = c.RbacV1().ClusterRoleBindings().Delete(ctx, n, metav1.DeleteOptions{})
-		case "Role":
-			err = c.RbacV1().Roles(ns).Delete(ctx, n, metav1.DeleteOptions{})
-		case "RoleBinding":
-			err = c.RbacV1().RoleBindings(ns).Delete(ctx, n, metav1.DeleteOptions{})
-		}
-		if err != nil {
-			t.Fatalf("deleting %s %s: %v", o.GetKind(), n, err)
-		}
-	}
-}
-
-// eventually retries f every 200ms until it succeeds or 30s pass, and
-// returns the last error f gave.
-func eventually(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var last error
-	for {
-		if last = f(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }

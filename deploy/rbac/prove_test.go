@@ -15,6 +15,20 @@ import (
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 )
 
+// startControlPlane starts a control plane for t, stopped when t ends;
+// ctx ends after 3 minutes.
+func startControlPlane(t *testing.T) (context.Context, *controlplane.ControlPlane) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	if err != nil {
+		t.Fatalf("starting control plane: %v", err)
+	}
+	t.Cleanup(cp.Stop)
+	return ctx, cp
+}
+
 // The base's input, built the way `make generate` builds it.
 func baseFilesInput(t *testing.T) Input {
 	t.Helper()
@@ -50,13 +64,7 @@ func TestBaseRBACFileIsCurrent(t *testing.T) {
 // SubjectAccessReview for every Expectations check. Each case has its own
 // namespace and ServiceAccount names (ClusterRoles are cluster-wide).
 func TestRenderedRBACHoldsExactlyTheExpectedPermissions(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
-	if err != nil {
-		t.Fatalf("starting control plane: %v", err)
-	}
-	t.Cleanup(cp.Stop)
+	ctx, cp := startControlPlane(t)
 	admin := cp.AdminClient()
 
 	base := baseFilesInput(t)

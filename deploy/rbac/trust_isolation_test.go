@@ -54,13 +54,7 @@ func selfSignedCA(t *testing.T, cn string) string {
 // to delete the signer's ClusterTrustBundles. Each must be Forbidden; the
 // same writes on its own Authority and bundle stay allowed.
 func TestTokenServiceCannotRewriteAnotherSignersTrust(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
-	if err != nil {
-		t.Fatalf("starting control plane: %v", err)
-	}
-	t.Cleanup(cp.Stop)
+	ctx, cp := startControlPlane(t)
 	admin := cp.AdminClient()
 	adminAuth, err := controlplane.InstallAuthorityCRD(ctx, cp.AdminConfig())
 	if err != nil {

@@ -54,26 +54,23 @@ func newMetrics() *metrics {
 			Namespace: "keyward_node", Name: "trust_bundle_writes_total",
 			Help: "Times the trust file was (re)written.",
 		}, []string{"trust"}),
-		trustUpdated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "keyward_node", Name: "trust_bundle_last_update_seconds",
-			Help: "When the trust file was last written, as Unix time.",
-		}, []string{"trust"}),
-		trustCerts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "keyward_node", Name: "trust_bundle_certificates",
-			Help: "Certificates in the trust file.",
-		}, []string{"trust"}),
-		trustOverLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "keyward_node", Name: "trust_bundle_over_limit",
-			Help: "1 while the selected bundles exceed maxCertificates or maxBytes (the last good trust file stays).",
-		}, []string{"trust"}),
-		trustIgnored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "keyward_node", Name: "trust_bundles_ignored",
-			Help: "ClusterTrustBundles of the signer and version left out because their name is neither keyward's nor in additionalBundleNames.",
-		}, []string{"trust"}),
+		trustUpdated: trustGauge("trust_bundle_last_update_seconds",
+			"When the trust file was last written, as Unix time."),
+		trustCerts: trustGauge("trust_bundle_certificates",
+			"Certificates in the trust file."),
+		trustOverLimit: trustGauge("trust_bundle_over_limit",
+			"1 while the selected bundles exceed maxCertificates or maxBytes (the last good trust file stays)."),
+		trustIgnored: trustGauge("trust_bundles_ignored",
+			"ClusterTrustBundles of the signer and version left out because their name is neither keyward's nor in additionalBundleNames."),
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(m.collectors()...)
 	return m
+}
+
+// trustGauge is a keyward_node_ gauge per trust file (label trust).
+func trustGauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "keyward_node", Name: name, Help: help}, []string{"trust"})
 }
 
 func (m *metrics) collectors() []prometheus.Collector {

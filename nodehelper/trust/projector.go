@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/keyward/keyward/internal/kubemsg"
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/internal/listwatch"
@@ -368,9 +369,9 @@ func BundlePrefix(signerName string) string {
 }
 
 // BundleName is keyward's ClusterTrustBundle of signerName and version
-// (canary or live), as the trust publisher names it.
+// (canary or live): the trust publisher's record.BundleName.
 func BundleName(signerName, version string) string {
-	return BundlePrefix(signerName) + version
+	return record.BundleName(signerName, version)
 }
 
 // selected returns the selected bundles' names and PEM, ordered by name,
