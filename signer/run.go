@@ -20,6 +20,7 @@ import (
 	"github.com/keyward/keyward/internal/httpserve"
 	"github.com/keyward/keyward/kubeclient"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
 	"github.com/keyward/keyward/signer/generations"
@@ -77,6 +78,10 @@ type LeadEnv struct {
 	Metrics prometheus.Registerer
 	// SignerNames are the configured signer names.
 	SignerNames []string
+	// Witness is the generations manager's own keyCheck and reservation
+	// of a generation (generations.Manager.Witness), which the trust
+	// publisher believes over the Authority's status.
+	Witness func(signerName, generation string) (v1alpha1.KeyCheck, time.Time, bool)
 }
 
 // state is what /readyz reports.
@@ -329,7 +334,7 @@ func Run(ctx context.Context, o Options) error {
 				return nil
 			})
 		}
-		env := LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: names,
+		env := LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: names, Witness: gens.Witness,
 			NewRecorder: func(component string) record.EventRecorder {
 				return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 			}}

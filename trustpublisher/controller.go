@@ -80,6 +80,13 @@ type Options struct {
 	// (default 1m, kubelet's own): a propagationWindow shorter than
 	// MinPropagationWindow of it is reported (PropagationWindowSafe).
 	KubeletSyncFrequency time.Duration
+	// Witness, if set, is what the signer in this process itself knows of
+	// a generation: its keyCheck (ok false: none) and its latest known
+	// reservation. The gates then take the key check from it, never from
+	// status, and the leaves' expiry as the later of the two: a status
+	// write by another identity can neither open KeyNotReady nor shorten
+	// LeavesValid.
+	Witness func(signerName, generation string) (kc v1alpha1.KeyCheck, reserved time.Time, ok bool)
 }
 
 // authorityWriter is what sync writes through (authclient.Client in

@@ -163,3 +163,27 @@ func setProvenance(s *ownStatus, a *v1alpha1.Authority, findings []record.Findin
 	cond.LastTransitionTime = *sec(&cond.LastTransitionTime)
 	meta.SetStatusCondition(&s.Conditions, cond)
 }
+
+// witnessed replaces, in work, each generation's keyCheck by the signer's
+// own (Options.Witness) and raises lastIssuedNotAfter to the signer's own
+// reservation: the signer's fields in status are believed no further than
+// the signer in this process confirms them. Without a Witness (a trust
+// publisher run apart from its signer) status is all there is.
+func (c *Controller) witnessed(work *v1alpha1.Authority) {
+	if c.opts.Witness == nil {
+		return
+	}
+	for i := range work.Status.Generations {
+		g := &work.Status.Generations[i]
+		kc, reserved, ok := c.opts.Witness(work.Spec.SignerName, g.Name)
+		if ok {
+			g.KeyCheck = kc.DeepCopy()
+		} else {
+			g.KeyCheck = nil
+		}
+		if !reserved.IsZero() && (g.LastIssuedNotAfter == nil || reserved.After(g.LastIssuedNotAfter.Time)) {
+			t := metav1.NewTime(reserved)
+			g.LastIssuedNotAfter = &t
+		}
+	}
+}

@@ -165,6 +165,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	c.reportFindings(ctx, a, findings)
 	c.warnWindow(ctx, a)
 	work := trustedCopy(a, rec, pending)
+	c.witnessed(work)
 
 	// Canary health first: its condition is an input of the gates.
 	health, healthEvery := c.checkHealth(ctx, work, now)

@@ -199,6 +199,22 @@ func (m *Manager) Err() error {
 	return errors.Join(errs...)
 }
 
+// Witness is what this process itself knows of a generation, for the trust
+// publisher running beside it: the keyCheck it made (ok false when it keeps
+// no check of the generation) and the latest reservation it knows
+// (lastIssuedNotAfter it wrote or read; zero when none). Status can be
+// written by any holder of authorities/status; these cannot.
+func (m *Manager) Witness(signerName, generation string) (kc v1alpha1.KeyCheck, reserved time.Time, ok bool) {
+	s := m.signers[signerName]
+	if s == nil {
+		return kc, reserved, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kc, ok = s.checks[generation]
+	return kc, s.reserved[generation], ok
+}
+
 // Keys are the keys open now, of every signer name and generation.
 func (m *Manager) Keys() []backends.Signer {
 	var out []backends.Signer

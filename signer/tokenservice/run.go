@@ -230,7 +230,7 @@ func Run(ctx context.Context, o Options) error {
 			keepReserved(ctx, iss, cfg.TokenLifetime.Duration+keeperAhead, KeeperInterval, clock.RealClock{})
 			return nil
 		}}
-		env := signer.LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: []string{cfg.SignerName},
+		env := signer.LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: []string{cfg.SignerName}, Witness: gens.Witness,
 			NewRecorder: func(component string) record.EventRecorder {
 				return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 			}}

@@ -34,6 +34,7 @@ func trustPublisherCompanions(tp config.TrustPublisher) []signer.Companion {
 			Client: env.Client, Authorities: auths, SignerNames: env.SignerNames,
 			Recorder: env.NewRecorder("keyward-trustpublisher"), Metrics: env.Metrics,
 			KubeletSyncFrequency: tp.KubeletSyncFrequency.Duration,
+			Witness:              env.Witness,
 		})
 		if err != nil {
 			return fmt.Errorf("building the trust publisher: %w", err)
