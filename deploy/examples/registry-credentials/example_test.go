@@ -57,6 +57,7 @@ import (
 	registrycredentials "github.com/keyward/keyward/deploy/examples/registry-credentials"
 	"github.com/keyward/keyward/deploy/rbac"
 	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/signer/registrytoken"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 	"github.com/keyward/keyward/signer/tokenservice/policy"
@@ -566,8 +567,11 @@ func TestTokenServiceAppliesWithLeastPrivilege(t *testing.T) {
 	ctbVol := vols.Volumes[0]
 	bundlePath, _ := registryConfig(t).Auth["token"]["rootcertbundle"].(string)
 	mountDir := filepath.Dir(bundlePath)
-	if src := ctbVol.Projected.Sources[0].ClusterTrustBundle; src == nil || *src.SignerName != signerName || mountDir+"/"+src.Path != bundlePath {
-		t.Errorf("the doc's volume does not project %s's bundle to %s mounted at %s: %+v", signerName, bundlePath, mountDir, src)
+	// By name: a signerName + labelSelector source merges any bundle an
+	// `attest` holder labels live.
+	live := record.BundleName(signerName, "live")
+	if src := ctbVol.Projected.Sources[0].ClusterTrustBundle; src == nil || src.Name == nil || *src.Name != live || src.SignerName != nil || mountDir+"/"+src.Path != bundlePath {
+		t.Errorf("the doc's volume does not project bundle %s (by name) to %s mounted at %s: %+v", live, bundlePath, mountDir, src)
 	}
 	// No controller manager makes default ServiceAccounts here.
 	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{
