@@ -134,6 +134,14 @@ func lookup(keys *jose.JSONWebKeySet, kid string) []jose.JSONWebKey {
 	return keys.Key(kid)
 }
 
+// Prime fetches the key set once, at start, so that a missing grant or
+// an unreachable discovery path is said at start (one line at default
+// verbosity), not at the first token. It reports whether keys are known.
+func (k *IssuerKeys) Prime(ctx context.Context) bool {
+	keys, _ := k.current(ctx)
+	return keys != nil
+}
+
 // current is the key set and when it was last fetched; the first call,
 // and a call keyRetry after a failed fetch, fetches.
 func (k *IssuerKeys) current(ctx context.Context) (*jose.JSONWebKeySet, time.Time) {

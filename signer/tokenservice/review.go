@@ -220,13 +220,19 @@ func (r *KubeReviewer) Review(ctx context.Context, token string, req ReviewReque
 	if len(audiences) == 0 {
 		audiences = []string{r.o.Audience}
 	}
+	// A token reviewed for one set of audiences is not thereby accepted
+	// for another.
+	key := sha256.Sum256([]byte(token + "\x00" + strings.Join(audiences, "\x00")))
+	// A repeat of an accepted token (every pull of an image's layers) is
+	// answered from the cache before any signature check: the exact token
+	// passed all of them, and its entry ends at the token's expiry.
+	if rv := r.cached(key); rv != nil {
+		return rv, nil
+	}
 	claims, err := r.precheck(ctx, token, audiences)
 	if err != nil {
 		return nil, err
 	}
-	// A token reviewed for one set of audiences is not thereby accepted
-	// for another.
-	key := sha256.Sum256([]byte(token + "\x00" + strings.Join(audiences, "\x00")))
 	client := "remote " + remoteHost(req.Client)
 	if claims.verified && claims.node != "" {
 		client = "node " + claims.node
@@ -296,6 +302,19 @@ func (r *KubeReviewer) inFlight() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.flights)
+}
+
+// cached is the cached review of key, or nil.
+func (r *KubeReviewer) cached(key [32]byte) *Review {
+	now := r.o.Clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.cache[key]
+	if !ok || !now.Before(c.until) {
+		return nil
+	}
+	r.o.Metrics.cacheHit()
+	return c.review
 }
 
 // store caches an accepted review; r.mu is held.

@@ -160,6 +160,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if keys.Prime(ctx) {
+		logger.Info("Service-account issuer keys read: forged tokens are refused before any TokenReview")
+	}
 	reviewer, err := NewReviewer(ReviewerOptions{Client: client, Audience: cfg.Audience, CacheTTL: cfg.ReviewCacheTTL.Duration, Keys: keys, Metrics: metrics})
 	if err != nil {
 		return err
