@@ -2,14 +2,18 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keyward/keyward/deploy"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 )
@@ -68,6 +72,10 @@ func ActiveAuthority(ctx context.Context, c *authclient.Client, name, signerName
 
 // SetObservedPhases applies status phases as the trust publisher's field
 // manager, standing in for it: phases maps every generation it reports.
+// Like the trust publisher it also writes its record of those phases on
+// the signer name's canary and live ClusterTrustBundles (the signer
+// issues only with a generation that record calls Active), so c's
+// identity needs attest on the signer name (the admin has it).
 func SetObservedPhases(ctx context.Context, c *authclient.Client, name string, phases map[string]v1alpha1.Phase) (*v1alpha1.Authority, error) {
 	since := metav1.NewTime(time.Now().Truncate(time.Second))
 	var gens []map[string]any
@@ -78,5 +86,52 @@ func SetObservedPhases(ctx context.Context, c *authclient.Client, name string, p
 	if err != nil {
 		return nil, fmt.Errorf("applying the status phases of Authority %s: %w", name, err)
 	}
+	if err := publishRecord(ctx, c, out, phases, since); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// publishRecord writes a's canary and live ClusterTrustBundles as the
+// trust publisher would for phases: the roots each phase puts in each,
+// and the record annotation.
+func publishRecord(ctx context.Context, c *authclient.Client, a *v1alpha1.Authority, phases map[string]v1alpha1.Phase, since metav1.Time) error {
+	r := &record.Record{Authority: a.Name, UID: a.UID, Revision: time.Now().UnixNano()}
+	var canary, live []string
+	for _, g := range a.Spec.Generations {
+		p, ok := phases[g.Name]
+		if !ok || p == "" {
+			continue
+		}
+		r.Generations = append(r.Generations, record.Entry{Name: g.Name, Phase: p, Since: since.DeepCopy(), CertificateDigest: record.CertificateDigest(g)})
+		if record.InCanary(p) {
+			canary = append(canary, g.CertificatePEM)
+		}
+		if record.InLive(p) {
+			live = append(live, g.CertificatePEM)
+		}
+	}
+	for version, pems := range map[string][]string{v1alpha1.BundleCanary: canary, v1alpha1.BundleLive: live} {
+		bundle := strings.TrimSpace(strings.Join(pems, "\n"))
+		if bundle == "" {
+			continue
+		}
+		bname := record.BundleName(a.Spec.SignerName, version)
+		body, err := json.Marshal(map[string]any{
+			"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+			"metadata": map[string]any{"name": bname,
+				"labels":      map[string]string{record.ManagedByLabel: record.ManagedByValue, v1alpha1.BundleVersionLabel("keyward.dev"): version},
+				"annotations": map[string]string{record.Annotation: r.Encode()}},
+			"spec": map[string]any{"signerName": a.Spec.SignerName, "trustBundle": bundle + "\n"},
+		})
+		if err != nil {
+			return err
+		}
+		err = c.RESTClient().Patch(types.ApplyPatchType).AbsPath("/apis/certificates.k8s.io/v1/clustertrustbundles", bname).
+			Param("fieldManager", v1alpha1.FieldManagerTrustPublisher).Param("force", "true").Body(body).Do(ctx).Error()
+		if err != nil {
+			return fmt.Errorf("publishing ClusterTrustBundle %s with the phase record: %w", bname, err)
+		}
+	}
+	return nil
 }

@@ -719,7 +719,11 @@ func (s *signerGens) sync(ctx context.Context) error {
 			// at default verbosity blames the trust publisher.
 			if msg := err.Error(); msg != s.writeLogged {
 				s.writeLogged = msg
-				logger.Error(err, "Cannot write the signer's status fields of the Authority (keyCheck, lastIssuedNotAfter): no generation can be activated and no reservation recorded until it can; check the signer's RBAC for authorities/status patch", "authority", a.Name)
+				hint := "check the signer's RBAC for authorities/status patch"
+				if errors.Is(err, client.ErrStaleCRD) {
+					hint = "update the Authority CRD (deploy/crds/)"
+				}
+				logger.Error(err, "Cannot write the signer's status fields of the Authority (keyCheck, lastIssuedNotAfter): no generation can be activated and no reservation recorded until it can; "+hint, "authority", a.Name)
 			}
 			retry = append(retry, err)
 		} else {

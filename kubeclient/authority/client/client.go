@@ -6,7 +6,9 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -35,6 +37,9 @@ func init() {
 type Client struct {
 	rest rest.Interface
 }
+
+// RESTClient is the client's REST client (its base is /apis, keyward.dev/v1alpha1).
+func (c *Client) RESTClient() rest.Interface { return c.rest }
 
 // New builds a Client from a rest.Config (its QPS and Burst apply).
 func New(cfg *rest.Config) (*Client, error) {
@@ -124,7 +129,21 @@ func (c *Client) ApplyStatus(ctx context.Context, name string, status any, field
 		return nil, fmt.Errorf("encoding the status of Authority %s: %w", name, err)
 	}
 	force := true
-	return c.Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: fieldManager, Force: &force}, "status")
+	a, err := c.Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: fieldManager, Force: &force}, "status")
+	if err != nil && StaleSchema(err) {
+		return nil, fmt.Errorf("%w: %w", ErrStaleCRD, err)
+	}
+	return a, err
+}
+
+// ErrStaleCRD matches an apply the cluster's Authority CRD refused for a
+// field its schema lacks: the CRD is older than this keyward.
+var ErrStaleCRD = errors.New("the Authority CRD in the cluster is older than this keyward (its schema lacks a status field keyward writes): apply deploy/crds/ of this release, then nothing else is needed")
+
+// StaleSchema reports whether err is the apiserver refusing a server-side
+// apply for a field the schema does not declare.
+func StaleSchema(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "field not declared in schema")
 }
 
 // IndexSignerName is the informer index of Authorities by spec.signerName.
