@@ -17,7 +17,6 @@ import (
 	"github.com/keyward/keyward/internal/controlplane"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
-	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,17 +71,15 @@ func TestTokenServiceCannotRewriteAnotherSignersTrust(t *testing.T) {
 	}
 
 	// The two signers' trust as an administrator (and their publishers)
-	// set it up: an Active generation g1 and a live bundle each.
+	// set it up: an Active generation g1, and its canary and live bundles
+	// (ActiveAuthority publishes them as the trust publisher would).
 	const victim, own = "keyward.dev/pod-identity", "keyward.dev/registry-token"
 	for _, signer := range []string{victim, own} {
 		if _, err := controlplane.ActiveAuthority(ctx, adminAuth, AuthorityName(signer), signer, "g1",
 			"pkcs11:token=t;object=g1", selfSignedCA(t, signer+" g1")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.CertificatesV1().ClusterTrustBundles().Create(ctx, &certv1.ClusterTrustBundle{
-			ObjectMeta: metav1.ObjectMeta{Name: bundleName(signer, "live")},
-			Spec:       certv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: selfSignedCA(t, signer+" g1")},
-		}, metav1.CreateOptions{}); err != nil {
+		if _, err := admin.CertificatesV1().ClusterTrustBundles().Get(ctx, bundleName(signer, "live"), metav1.GetOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
