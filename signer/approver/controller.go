@@ -113,6 +113,8 @@ type Controller struct {
 
 	// nodeInformer (nil when no rule reads Nodes) feeds nodes.
 	nodeInformer cache.SharedIndexInformer
+	// nodesSynced reports whether the Node cache is complete.
+	nodesSynced func() bool
 	nodes        nodeCache
 
 	synced atomic.Bool
@@ -201,6 +203,7 @@ func New(opts Options) (*Controller, error) {
 	// requeue their node's CSRs.
 	c.nodeInformer = coreinformers.NewNodeInformer(opts.Client, 0, cache.Indexers{nodeIPIndex: indexNodeIPs})
 	c.nodes = nodeCache{store: c.nodeInformer.GetIndexer()}
+	c.nodesSynced = c.nodeInformer.HasSynced
 	return c, nil
 }
 
@@ -266,8 +269,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("watching Nodes: %w", err)
 		}
+		// Not among the caches every CSR waits for: kubelet client CSRs
+		// need no Node, and a missing nodes grant must not stop them.
+		// A decision that reads Nodes waits in getNode instead.
+		if err := c.nodeInformer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			if apierrors.IsForbidden(err) && c.tellOnce("forbidden/nodes") {
+				klog.FromContext(ctx).Error(err, "The apiserver refused the approver's Node list: kubelet serving and nodeBound CSRs wait until its identity may list and watch nodes (keyward deploy rbac --approver; deploy/kustomize/base/rbac.yaml); kubelet client CSRs are decided meanwhile")
+			}
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}); err != nil {
+			return fmt.Errorf("handling the Node informer's watch errors: %w", err)
+		}
 		go c.nodeInformer.Run(ctx.Done())
-		syncs = append(syncs, c.nodeInformer.HasSynced)
 	}
 	logger.Info("Waiting for caches", "signers", c.SignerNames())
 	workers.RunSynced(ctx, syncs, func() {
@@ -474,6 +487,11 @@ func (c *Controller) syncCustom(ctx context.Context, r *customRules, csr *certif
 // a waitError until Options.NodeWait after the CSR's creation, then writes
 // the NodeNotFound denial; either way the Node is nil.
 func (c *Controller) getNode(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, nodeName string) (*corev1.Node, error) {
+	// An unsynced cache would miss the Node, or another Node holding the
+	// same IP: nothing is decided on it.
+	if c.nodesSynced != nil && !c.nodesSynced() {
+		return nil, &waitError{after: 10 * time.Second, err: errors.New("the Node cache has not synced yet (can the approver list and watch nodes?)")}
+	}
 	node, ok := c.nodes.get(nodeName)
 	if !ok {
 		waited := c.opts.Clock.Since(csr.CreationTimestamp.Time)

@@ -193,6 +193,7 @@ func newTestController(t *testing.T, grants map[string][]string) (*Controller, *
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.nodesSynced = func() bool { return true } // the Nodes below are the whole cluster
 	for _, n := range []*corev1.Node{node,
 		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeHostName, Address: "n2"}, {Type: corev1.NodeInternalIP, Address: "10.0.0.6"}}}},

@@ -2,6 +2,7 @@ package approver
 
 import (
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -73,4 +74,18 @@ func (r *x509Request) build() *x509.CertificateRequest {
 		req.IPAddresses = append(req.IPAddresses, net.IP(ip.AsSlice()))
 	}
 	return req
+}
+
+// Nothing is decided on an incomplete Node cache (a missing nodes grant
+// keeps it so): a Node absent from it may exist, and another Node may
+// hold the same IP. The CSR is looked at again later, not denied
+// NodeNotFound, and not approved.
+func TestAnUnsyncedNodeCacheDecidesNothing(t *testing.T) {
+	c, _, _ := newTestController(t, nil)
+	c.nodesSynced = func() bool { return false }
+	node, err := c.getNode(t.Context(), nil, "n1")
+	var w *waitError
+	if node != nil || !errors.As(err, &w) || !strings.Contains(err.Error(), "list and watch nodes") {
+		t.Fatalf("getNode on an unsynced cache = %v, %v; want a waitError naming the nodes grant", node, err)
+	}
 }
