@@ -59,7 +59,7 @@ type KeyFacts struct {
 // KeyFacts opens its own session on t, logs in with the user PIN, finds
 // the one private key labelled label and reads KeyFacts. The module is
 // left initialised for others in this process (crypto11, keyward's
-// backend), as initToken does.
+// backend), as pkcs11token.InitToken does.
 func (t *Token) KeyFacts(label string) (*KeyFacts, error) {
 	p, sess, done, err := t.session()
 	if err != nil {

@@ -31,9 +31,3 @@ func (e *Env) TokenDir() string { return "" }
 
 // NewToken fails without cgo.
 func (e *Env) NewToken(string) (*Token, error) { return nil, ErrNotInstalled }
-
-// InitToken fails without cgo.
-func InitToken(string, string, string, string) (string, error) { return "", ErrNotInstalled }
-
-// TokenPresent fails without cgo.
-func TokenPresent(string, string) (bool, error) { return false, ErrNotInstalled }
