@@ -77,7 +77,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kub
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
 	$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent -update
-	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
+	$(GO) test ./hack/docgen -count=1 -run TestConfigurationDocIsCurrent -update
 	cp deploy/kustomize/overlays/softhsm/softhsm-init.sh deploy/helm/keyward/files/softhsm-init.sh
 	$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) > deploy/kustomize/base/rbac.yaml.tmp && mv deploy/kustomize/base/rbac.yaml.tmp deploy/kustomize/base/rbac.yaml
 	rm -f deploy/helm/keyward/files/crds/*.yaml && cp deploy/crds/*_*.yaml deploy/helm/keyward/files/crds/
@@ -90,7 +90,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -ru -x Kustomization deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 	@$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent >/dev/null || { echo "docs/metrics.md or the monitoring copies of deploy/observability are stale: run make generate"; exit 1; }
-	@$(GO) test ./internal/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
+	@$(GO) test ./hack/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./hack/docgen"; exit 1; }
 	@cmp -s deploy/kustomize/overlays/softhsm/softhsm-init.sh deploy/helm/keyward/files/softhsm-init.sh || { echo "deploy/helm/keyward/files/softhsm-init.sh differs from the softhsm overlay's: run make generate"; exit 1; }
 	@$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) | diff -u deploy/kustomize/base/rbac.yaml - || { echo "deploy/kustomize/base/rbac.yaml is stale: run make generate"; exit 1; }
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cp deploy/crds/*_*.yaml $$tmp/ && \

@@ -10,9 +10,9 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/testregistry"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // tokenKey creates a key of alg in the run's SoftHSM token through

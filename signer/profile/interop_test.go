@@ -17,11 +17,11 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
-	"github.com/keyward/keyward/internal/lintgate"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
+	"github.com/keyward/keyward/testsupport/lintgate"
 )
 
 // subjectKeys makes one key of every type kube-apiserver accepts in a

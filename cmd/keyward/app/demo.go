@@ -1,5 +1,10 @@
 package app
 
+// The demo files (demo*.go) are the one deliberate exception to "production
+// code never imports testsupport": the demo runs the tests' control plane and
+// SoftHSM2 tokens for a person to watch. They are to leave cmd/ for a package
+// of their own.
+
 import (
 	"context"
 	"crypto/x509"
@@ -18,13 +23,13 @@ import (
 
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/deploy/rbac"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/softhsm"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/pcr"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/softhsm"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"

@@ -27,14 +27,14 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	registrycredentials "github.com/keyward/keyward/deploy/examples/registry-credentials"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/servingcert"
-	"github.com/keyward/keyward/internal/softhsm"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/tokenservice"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/servingcert"
+	"github.com/keyward/keyward/testsupport/softhsm"
 )
 
 // The registry part of the demo (docs/registry-credentials.md): a token

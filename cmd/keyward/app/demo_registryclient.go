@@ -25,7 +25,7 @@ import (
 // Distribution's own serve command) started with token authentication, and
 // a registry client written out step by step so that the demo can print
 // each exchange. keyward's tests pull with containerd's resolver instead
-// (internal/testregistry); this client only shows what happens.
+// (testsupport/testregistry); this client only shows what happens.
 
 // demoRegistry is a running registry process.
 type demoRegistry struct {

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/testsupport/testca"
 )
 
 // buildRegistry builds hack/registry (Distribution's own serve command)

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/softhsm"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/softhsm"
 	"github.com/keyward/keyward/trustpublisher"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"

@@ -14,11 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper/atomicdir"
 	"github.com/keyward/keyward/nodehelper/trust"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	"github.com/keyward/keyward/trustpublisher"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"

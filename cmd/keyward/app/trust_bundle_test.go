@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/testsupport/testca"
 )
 
 // `keyward trust bundle` renders what a registry's auth.token needs: the

@@ -19,8 +19,8 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/backends/gcpkms"
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
 )
 
 // The permissions the production guides list must be exactly what the

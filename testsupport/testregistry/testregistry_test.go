@@ -16,8 +16,8 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
-	"github.com/keyward/keyward/internal/testregistry"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // fileKey creates a key of alg with keyward's file backend; tokens are

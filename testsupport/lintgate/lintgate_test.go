@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/lintgate"
+	"github.com/keyward/keyward/testsupport/lintgate"
 )
 
 // Every CA generation keyward makes (each ca init algorithm, the full set

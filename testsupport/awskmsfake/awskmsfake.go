@@ -36,8 +36,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/keyward/keyward/internal/faults"
-	"github.com/keyward/keyward/internal/testkeys"
+	"github.com/keyward/keyward/testsupport/faults"
+	"github.com/keyward/keyward/testsupport/testkeys"
 )
 
 // The KMS actions the server serves, counts and injects faults into.

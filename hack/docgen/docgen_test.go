@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/keyward/keyward/internal/docgen/sampletypes"
+	"github.com/keyward/keyward/hack/docgen/sampletypes"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/configuration.md from the Go types")

@@ -4,6 +4,12 @@
 // (go/parser), defaults from the types' own Default methods and from
 // +kubebuilder:default markers. The reference therefore cannot drift from
 // the code; a field without a doc comment is reported, not skipped.
+//
+// docgen is a generator, run by `make generate` and checked by `make lint`,
+// so it lives in hack/ beside the other build-time programs: it reads the
+// configuration types of signer, nodehelper and kubeclient (and its tests
+// drive the KMS fakes of testsupport), so it sits above all of them, and
+// production code never imports it.
 package docgen
 
 import (

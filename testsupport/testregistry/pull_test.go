@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/internal/testregistry"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // stubTokenService is a registry token endpoint over HTTPS that knows two

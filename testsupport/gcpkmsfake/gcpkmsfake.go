@@ -29,8 +29,8 @@ import (
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/internal/crc32c"
-	"github.com/keyward/keyward/internal/faults"
-	"github.com/keyward/keyward/internal/testkeys"
+	"github.com/keyward/keyward/testsupport/faults"
+	"github.com/keyward/keyward/testsupport/testkeys"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
