@@ -13,13 +13,13 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
-	"github.com/keyward/keyward/internal/cacert"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/signer/authority"
 )
 
 // Generation is a CA generation made the way `keyward ca init` makes one,
-// with a file-backend key: a self-signed root (cacert.SelfSign), or an
-// intermediate from its --csr-out request (cacert.CreateCSR) signed by an
+// with a file-backend key: a self-signed root (ca.SelfSign), or an
+// intermediate from its --csr-out request (ca.CreateCSR) signed by an
 // external root.
 type Generation struct {
 	Name string
@@ -45,11 +45,11 @@ func Generations(t testing.TB) []Generation {
 	for _, name := range algs {
 		alg := caInitAlgorithms[name]
 		key := newKey(t, alg)
-		root := selfSign(t, key, cacert.Options{Subject: pkix.Name{CommonName: "keyward.dev/lint CA " + strings.ToLower(name)}, Lifetime: 365 * 24 * time.Hour})
+		root := selfSign(t, key, ca.Options{Subject: pkix.Name{CommonName: "keyward.dev/lint CA " + strings.ToLower(name)}, Lifetime: 365 * 24 * time.Hour})
 		gens = append(gens, Generation{Name: "ca init --algorithm " + name, Auth: newAuthority(t, root, nil, key), Made: []*x509.Certificate{root}})
 	}
 
-	full := cacert.Options{
+	full := ca.Options{
 		Subject:      mustSubject(t, "CN=workload CA 2026-11,O=Example,OU=Platform,C=DE,ST=Berlin,L=Berlin"),
 		Lifetime:     2 * 365 * 24 * time.Hour,
 		PathLen:      1,
@@ -80,10 +80,10 @@ func intermediate(t testing.TB) Generation {
 	t.Helper()
 	ctx := context.Background()
 	extKey := newKey(t, backends.ECDSAP384SHA384)
-	extRoot := selfSign(t, extKey, cacert.Options{Subject: pkix.Name{CommonName: "external offline root", Organization: []string{"Example"}}, Lifetime: 5 * 365 * 24 * time.Hour, PathLen: 1})
+	extRoot := selfSign(t, extKey, ca.Options{Subject: pkix.Name{CommonName: "external offline root", Organization: []string{"Example"}}, Lifetime: 5 * 365 * 24 * time.Hour, PathLen: 1})
 
 	key := newKey(t, backends.ECDSAP256SHA256)
-	der, err := cacert.CreateCSR(ctx, key, cacert.Options{Subject: pkix.Name{CommonName: "keyward.dev/lint CA intermediate"}, PermittedDNS: []string{".svc.cluster.local"}})
+	der, err := ca.CreateCSR(ctx, key, ca.Options{Subject: pkix.Name{CommonName: "keyward.dev/lint CA intermediate"}, PermittedDNS: []string{".svc.cluster.local"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func intermediate(t testing.TB) Generation {
 	if err := req.CheckSignature(); err != nil {
 		t.Fatalf("ca init's certificate request does not verify: %v", err)
 	}
-	skid, err := authority.SubjectKeyID(req.PublicKey)
+	skid, err := ca.SubjectKeyID(req.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func intermediate(t testing.TB) Generation {
 		t.Fatal(err)
 	}
 	// What ca import checks before it adds the generation.
-	if _, err := cacert.CheckImport([]*x509.Certificate{inter, extRoot}, key.Public()); err != nil {
+	if _, err := ca.CheckImport([]*x509.Certificate{inter, extRoot}, key.Public()); err != nil {
 		t.Fatalf("ca import refuses the intermediate: %v", err)
 	}
 	return Generation{Name: "ca init --csr-out, signed externally, ca import", Auth: newAuthority(t, inter, []*x509.Certificate{extRoot}, key), Made: []*x509.Certificate{inter}}
@@ -132,9 +132,9 @@ func newKey(t testing.TB, alg backends.Algorithm) backends.Signer {
 	return key
 }
 
-func selfSign(t testing.TB, key backends.Signer, o cacert.Options) *x509.Certificate {
+func selfSign(t testing.TB, key backends.Signer, o ca.Options) *x509.Certificate {
 	t.Helper()
-	root, err := cacert.SelfSign(context.Background(), key, o)
+	root, err := ca.SelfSign(context.Background(), key, o)
 	if err != nil {
 		t.Fatalf("self-signing %q: %v", o.Subject, err)
 	}
@@ -152,7 +152,7 @@ func newAuthority(t testing.TB, cert *x509.Certificate, chain []*x509.Certificat
 
 func mustSubject(t testing.TB, s string) pkix.Name {
 	t.Helper()
-	n, err := cacert.ParseSubject(s)
+	n, err := ca.ParseSubject(s)
 	if err != nil {
 		t.Fatalf("subject %q: %v", s, err)
 	}

@@ -6,6 +6,7 @@ package testca
 import (
 	"context"
 	"crypto"
+	"crypto/x509/pkix"
 	"io"
 	"path/filepath"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/signer/authority"
 )
 
@@ -46,7 +48,7 @@ func New(t testing.TB) (*authority.Authority, *CountingSigner) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "ca", Lifetime: 24 * time.Hour})
+	root, err := ca.SelfSign(context.Background(), key, ca.Options{Subject: pkix.Name{CommonName: "ca"}, Lifetime: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

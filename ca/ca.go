@@ -1,9 +1,11 @@
-// Package cacert builds and checks keyward's CA certificates: a self-signed
-// root or a PKCS#10 request for an external root, made with a backend key,
-// and the checks an imported CA certificate and chain must pass (strength,
-// path length, lifetime long enough for a rotation). It knows nothing about
-// Kubernetes.
-package cacert
+// Package ca holds keyward's CA certificate rules, below both the signer and
+// the trust publisher: it builds a self-signed root or a PKCS#10 request for
+// an external root with a backend key, and holds the checks a CA
+// certificate and chain must pass (strength, path length, chain links,
+// lifetime long enough for a rotation) and the key identifiers (SKI/AKI)
+// leaves and CAs carry. `keyward ca init|import`, signer/authority and the
+// trust publisher all use it. It knows nothing about Kubernetes.
+package ca
 
 import (
 	"context"
@@ -25,7 +27,6 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/signer/authority"
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
@@ -220,7 +221,7 @@ func SelfSign(ctx context.Context, signer backends.Signer, o Options) (*x509.Cer
 	if err != nil {
 		return nil, err
 	}
-	skid, err := authority.SubjectKeyID(signer.Public())
+	skid, err := SubjectKeyID(signer.Public())
 	if err != nil {
 		return nil, err
 	}
@@ -542,4 +543,20 @@ func ParseSubject(s string) (pkix.Name, error) {
 		}
 	}
 	return n, nil
+}
+
+// CheckLinked checks that each of certs (a CA certificate followed by its
+// issuers, nearest first) is a CA certificate and is signed by the next.
+func CheckLinked(certs []*x509.Certificate) error {
+	for i, c := range certs {
+		if !c.BasicConstraintsValid || !c.IsCA {
+			return fmt.Errorf("certificate %d (%s) is not a CA certificate", i, c.Subject)
+		}
+		if i+1 < len(certs) {
+			if err := c.CheckSignatureFrom(certs[i+1]); err != nil {
+				return fmt.Errorf("certificate %d (%s) is not signed by the next one (%s): %w", i, c.Subject, certs[i+1].Subject, err)
+			}
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package cacert
+package ca
 
 import (
 	"context"
