@@ -24,6 +24,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -393,4 +394,17 @@ func SelfSign(key crypto.Signer, cn string) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("self-signing %q: %w", cn, err)
 	}
 	return x509.ParseCertificate(der)
+}
+
+// BuildBinary builds hack/registry (Distribution's own serve command)
+// into a temporary directory and returns its path: the
+// registry binary `keyward demo` runs.
+func BuildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "registry")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyward/keyward/hack/registry").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the registry: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -1,4 +1,4 @@
-package app
+package demo
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyward/keyward/trustpublisher/trustedit"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,7 @@ import (
 	registrycredentials "github.com/keyward/keyward/deploy/examples/registry-credentials"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/signer"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/tokenservice"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
@@ -67,7 +69,9 @@ type demoRegistryEnv struct {
 	registryBinary string
 	plugin         []string
 	// secrets records the tokens the demo obtains (nil: not recorded).
-	secrets *demoSecrets
+	secrets *Secrets
+	// companions run beside the token service while it leads.
+	companions func(*tsconfig.TokenServiceConfiguration) []signer.Companion
 }
 
 // runRegistryDemo runs the registry part; the returned function stops what
@@ -176,7 +180,7 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	ready := make(chan [2]string, 1)
 	go func() {
 		done <- tokenservice.Run(tsCtx, tokenservice.Options{Config: cfg, Backends: e.backends, Identity: "demo-token-service",
-			AlsoLead: TokenServiceCompanions(cfg),
+			AlsoLead: e.companions(cfg),
 			Ready:    func(listen, metrics, _ string) { ready <- [2]string{listen, metrics} }})
 	}()
 	stops = append(stops, func() { cancel(); <-done })
@@ -203,7 +207,7 @@ func runRegistryDemo(ctx context.Context, e demoRegistryEnv) (stop func(), err e
 	var roots []*x509.Certificate
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, demoWait, true, func(ctx context.Context) (bool, error) {
-		roots, last = kubeletView(ctx, e.cp.AdminClient(), demoTokenSigner, "live")
+		roots, last = trustedit.KubeletView(ctx, e.cp.AdminClient(), demoTokenSigner, "live")
 		return last == nil && len(roots) > 0, nil
 	}); err != nil {
 		return stop, fmt.Errorf("waiting for the live ClusterTrustBundle of %s to hold its root: %w (last read: %v)", demoTokenSigner, err, last)

@@ -1,4 +1,4 @@
-package app
+package demo
 
 import (
 	"crypto/x509"
@@ -11,9 +11,9 @@ import (
 	"github.com/keyward/keyward/signer/profile"
 )
 
-// describeChain prints each certificate of a chain for people: subject,
+// DescribeChain prints each certificate of a chain for people: subject,
 // issuer, names or PodIdentity, validity, key and serial.
-func describeChain(w io.Writer, chain []*x509.Certificate) {
+func DescribeChain(w io.Writer, chain []*x509.Certificate) {
 	for i, c := range chain {
 		role := "leaf"
 		if c.IsCA {

@@ -1,10 +1,9 @@
-package app
+package demo
 
 import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -17,9 +16,9 @@ import (
 	"github.com/keyward/keyward/testsupport/controlplane"
 	"github.com/keyward/keyward/testsupport/softhsm"
 	"github.com/keyward/keyward/trustpublisher"
+	"github.com/keyward/keyward/trustpublisher/trustedit"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
@@ -91,6 +90,10 @@ type demoCLI struct {
 	out        io.Writer
 	kubeconfig string
 	module     string
+	// execute runs `keyward ARGS` in-process (Options.CLI); exitCode maps
+	// its error to the process exit code (Options.ExitCode).
+	execute  func(ctx context.Context, out io.Writer, args []string) error
+	exitCode func(error) int
 }
 
 // run prints `$ keyward ARGS`, runs it and prints its output (and its
@@ -104,17 +107,13 @@ func (c demoCLI) run(ctx context.Context, args ...string) error {
 		}
 	}
 	fmt.Fprintf(c.out, "\n$ keyward %s\n", strings.Join(shown, " "))
-	cmd := NewCommand()
 	var buf bytes.Buffer
-	cmd.SetOut(&buf)
-	cmd.SetErr(&buf)
-	cmd.SetArgs(append(slices.Clone(args), "--kubeconfig", c.kubeconfig))
-	err := cmd.ExecuteContext(ctx)
+	err := c.execute(ctx, &buf, append(slices.Clone(args), "--kubeconfig", c.kubeconfig))
 	for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
 		fmt.Fprintf(c.out, "  %s\n", line)
 	}
 	if err != nil {
-		fmt.Fprintf(c.out, "  (exit code %d)\n", ExitCode(err))
+		fmt.Fprintf(c.out, "  (exit code %d)\n", c.exitCode(err))
 	}
 	return err
 }
@@ -178,7 +177,7 @@ A workload's trust bundles are read as kubelet selects them, with the node's ide
 
 	r.phase("promote " + next + ": its root goes to the live bundle too")
 	switch err := r.cli.run(ctx, "trust", "promote", demoSigner, next); {
-	case errors.Is(err, ErrGateHolds):
+	case errors.Is(err, trustedit.ErrGateHolds):
 		fmt.Fprintln(r.out, "(refused, as it should be: the root has not soaked in the canary bundle yet; the demo waits and retries)")
 	case err != nil:
 		return err
@@ -231,7 +230,7 @@ A workload's trust bundles are read as kubelet selects them, with the node's ide
 		return err
 	}
 	err = r.cli.run(ctx, "trust", "retire", demoSigner, old)
-	var gate *GateError
+	var gate *trustedit.GateError
 	if !errors.As(err, &gate) || gate.Step.Gate != v1alpha1.GateLeavesValid {
 		return fmt.Errorf("retiring %s: want a refusal by %s, got %v", old, v1alpha1.GateLeavesValid, err)
 	}
@@ -293,7 +292,7 @@ func (r *demoRotation) transition(ctx context.Context, verb, gen string, p v1alp
 		if err == nil {
 			return r.settle(ctx, want)
 		}
-		if !errors.Is(err, ErrGateHolds) {
+		if !errors.Is(err, trustedit.ErrGateHolds) {
 			return err
 		}
 		// A gate closed again between the check and the command (a bundle
@@ -323,7 +322,7 @@ func (r *demoRotation) waitForGates(ctx context.Context, gen string, p v1alpha1.
 			return false, nil // transient: poll again
 		}
 		edited := a.DeepCopy()
-		if _, err := setPhase(edited, gen, p); err != nil {
+		if _, err := trustedit.SetPhase(edited, gen, p); err != nil {
 			return false, err
 		}
 		if ignoreLeaves {
@@ -369,10 +368,10 @@ func (r *demoRotation) show(ctx context.Context, a *v1alpha1.Authority) error {
 		}
 		wantCanary, wantLive := trustpublisher.BundleContents(a)
 		var err error
-		if canary, err = kubeletView(ctx, r.node, demoSigner, v1alpha1.BundleCanary); err != nil {
+		if canary, err = trustedit.KubeletView(ctx, r.node, demoSigner, v1alpha1.BundleCanary); err != nil {
 			return false, err
 		}
-		if live, err = kubeletView(ctx, r.node, demoSigner, v1alpha1.BundleLive); err != nil {
+		if live, err = trustedit.KubeletView(ctx, r.node, demoSigner, v1alpha1.BundleLive); err != nil {
 			return false, err
 		}
 		return sameRoots(canary, wantCanary) && sameRoots(live, wantLive), nil
@@ -421,38 +420,6 @@ func (r *demoRotation) showOverrideEvent(ctx context.Context) error {
 	}
 	fmt.Fprintf(r.out, "\n$ kubectl get events --field-selector %s\n  %s\n", sel, found)
 	return nil
-}
-
-// kubeletView lists a signer's ClusterTrustBundles of one version exactly
-// as kubelet selects them: a spec.signerName field selector plus the
-// version label, every match merged, deduplicated by DER.
-func kubeletView(ctx context.Context, c kubernetes.Interface, signerName, version string) ([]*x509.Certificate, error) {
-	list, err := c.CertificatesV1().ClusterTrustBundles().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.signerName", signerName).String(),
-		LabelSelector: labels.SelectorFromSet(labels.Set{v1alpha1.BundleVersionLabel("keyward.dev"): version}).String(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing the %s ClusterTrustBundles of %s: %w", version, signerName, err)
-	}
-	var out []*x509.Certificate
-	for _, b := range list.Items {
-		rest := []byte(b.Spec.TrustBundle)
-		for {
-			var blk *pem.Block
-			if blk, rest = pem.Decode(rest); blk == nil {
-				break
-			}
-			if slices.ContainsFunc(out, func(c *x509.Certificate) bool { return bytes.Equal(c.Raw, blk.Bytes) }) {
-				continue
-			}
-			c, err := x509.ParseCertificate(blk.Bytes)
-			if err != nil {
-				return nil, fmt.Errorf("ClusterTrustBundle %s: %w", b.Name, err)
-			}
-			out = append(out, c)
-		}
-	}
-	return out, nil
 }
 
 func sameRoots(got []*x509.Certificate, want []trustpublisher.Member) bool {

@@ -1,4 +1,4 @@
-package app
+package demo
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,19 +15,8 @@ import (
 
 	"github.com/keyward/keyward/signer/registrytoken"
 	"github.com/keyward/keyward/testsupport/testca"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
-
-// buildRegistry builds hack/registry (Distribution's own serve command)
-// into a temporary directory.
-func buildRegistry(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "registry")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/keyward/keyward/hack/registry").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building the registry: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // The demo's step-by-step registry client works against the real registry
 // binary: anonymous pull refused with a Bearer challenge naming the realm,
@@ -70,7 +58,7 @@ func TestTheDemoRegistryClientTalksToTheRealRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := startDemoRegistryAt(ctx, buildRegistry(t), dir, addr, realm.URL+"/token", "registry.test", "test-issuer", roots, "ES256")
+	reg, err := startDemoRegistryAt(ctx, testregistry.BuildBinary(t), dir, addr, realm.URL+"/token", "registry.test", "test-issuer", roots, "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}
