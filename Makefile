@@ -43,9 +43,10 @@ test-unit: tools ## tests that need no control plane
 test-e2e: deps controlplane ## only softhsm-tests (verbose)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./softhsm-tests/...
 
-lint: verify-generate ## gofmt, go vet, and generated files up to date
+lint: verify-generate ## gofmt, go vet, import rules (importrules.yaml files, hack/importcheck), and generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./hack/importcheck
 
 # controller-gen is pinned in hack/codegen, a module of its own (neither
 # keyward's go.mod nor hack/tools, whose pins build kube-apiserver), and
