@@ -43,9 +43,10 @@ test-unit: tools ## tests that need no control plane
 test-e2e: deps controlplane ## only softhsm-tests (verbose)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./softhsm-tests/...
 
-lint: verify-generate ## gofmt, go vet, and generated files up to date
+lint: verify-generate ## gofmt, go vet, import rules (importrules.yaml files, hack/importcheck), and generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./hack/importcheck
 
 # controller-gen is pinned in hack/codegen, a module of its own (neither
 # keyward's go.mod nor hack/tools, whose pins build kube-apiserver), and
@@ -77,7 +78,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kub
 	$(CONTROLLER_GEN) crd paths=$(CRD_TYPES) output:crd:artifacts:config=deploy/crds
 	$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig -update
 	$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent -update
-	$(GO) test ./internal/docgen -count=1 -run TestConfigurationDocIsCurrent -update
+	$(GO) test ./hack/docgen -count=1 -run TestConfigurationDocIsCurrent -update
 	cp deploy/kustomize/overlays/softhsm/softhsm-init.sh deploy/helm/keyward/files/softhsm-init.sh
 	cp deploy/kustomize/components/node-address-lock/policy.yaml deploy/helm/keyward/files/node-address-lock.yaml
 	$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) > deploy/kustomize/base/rbac.yaml.tmp && mv deploy/kustomize/base/rbac.yaml.tmp deploy/kustomize/base/rbac.yaml
@@ -91,7 +92,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	diff -ru -x Kustomization deploy/crds $$tmp/crds || { echo "generated files are stale: run make generate"; exit 1; }
 	@$(GO) test ./signer/csr -count=1 -run TestSignersDocMatchesTheExampleConfig >/dev/null || { echo "docs/signers.md is stale: run make generate"; exit 1; }
 	@$(GO) test ./deploy/observability -count=1 -run TestGeneratedFilesAreCurrent >/dev/null || { echo "docs/metrics.md or the monitoring copies of deploy/observability are stale: run make generate"; exit 1; }
-	@$(GO) test ./internal/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./internal/docgen"; exit 1; }
+	@$(GO) test ./hack/docgen -count=1 -run "TestConfigurationDocIsCurrent|TestEveryConfigurationFieldHasADoc" >/dev/null || { echo "docs/configuration.md is stale or a configuration field lacks a doc comment: run go test ./hack/docgen"; exit 1; }
 	@cmp -s deploy/kustomize/overlays/softhsm/softhsm-init.sh deploy/helm/keyward/files/softhsm-init.sh || { echo "deploy/helm/keyward/files/softhsm-init.sh differs from the softhsm overlay's: run make generate"; exit 1; }
 	@cmp -s deploy/kustomize/components/node-address-lock/policy.yaml deploy/helm/keyward/files/node-address-lock.yaml || { echo "deploy/helm/keyward/files/node-address-lock.yaml differs from the node-address-lock component's: run make generate"; exit 1; }
 	@$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) | diff -u deploy/kustomize/base/rbac.yaml - || { echo "deploy/kustomize/base/rbac.yaml is stale: run make generate"; exit 1; }

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 const testSigner = "keyward.dev/wait-test"

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy"
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	authzv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy"
-	"github.com/keyward/keyward/internal/controlplane"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -17,10 +17,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/pcr"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"

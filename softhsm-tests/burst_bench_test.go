@@ -25,10 +25,10 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"

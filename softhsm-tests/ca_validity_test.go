@@ -1,6 +1,7 @@
 package softhsmtests
 
 import (
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -9,7 +10,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/signer/config"
 )
 
@@ -31,9 +32,9 @@ func TestAFreshlyMintedCAIssuesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// SelfSignRoot backdates by an hour: an hour ahead, notBefore is now.
-	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: "fresh CA", Lifetime: 48 * time.Hour,
-		Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	// ca.SelfSign backdates by ca.Backdate: that far ahead, notBefore is now.
+	root, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: "fresh CA"}, Lifetime: 48 * time.Hour,
+		Now: func() time.Time { return time.Now().Add(ca.Backdate) }})
 	key.Close()
 	if err != nil {
 		t.Fatal(err)

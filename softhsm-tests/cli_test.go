@@ -18,14 +18,14 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/cmd/keyward/app"
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/cacert"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/kmstest"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/kmstest"
 	"github.com/keyward/keyward/trustpublisher"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -162,7 +162,7 @@ func TestCAInitSelfSignedInSoftHSM(t *testing.T) {
 	}
 
 	out, err = keyward(t, "ca", "init", "--signer", signer, "--generation", "g3", "--key-uri", tokenKeyURI(u+"-g3"), "--create-key", "--lifetime", "25h")
-	if !errors.Is(err, cacert.ErrLifetimeTooShort) {
+	if !errors.Is(err, ca.ErrLifetimeTooShort) {
 		t.Fatalf("a 25h CA: got %v, want ErrLifetimeTooShort\n%s", err, out)
 	}
 	// The refusal names the numbers (this test is about the message).
@@ -231,7 +231,7 @@ func TestCAExternalRootCSRImport(t *testing.T) {
 	writePEM(t, chainFile, root.cert.Raw)
 
 	// The root is required.
-	if _, err := keyward(t, "ca", "import", "--signer", signer, "--generation", "g1", "--key-uri", keyURI, "--certificate", certFile); !errors.Is(err, cacert.ErrChain) {
+	if _, err := keyward(t, "ca", "import", "--signer", signer, "--generation", "g1", "--key-uri", keyURI, "--certificate", certFile); !errors.Is(err, ca.ErrChain) {
 		t.Fatalf("import without the root: got %v, want ErrChain", err)
 	}
 	out, err = keyward(t, "ca", "import", "--signer", signer, "--generation", "g1", "--key-uri", keyURI, "--certificate", certFile, "--chain", chainFile)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ThalesGroup/crypto11"
-	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	authzv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 // testGeneration is the generation signerConfig makes Active.

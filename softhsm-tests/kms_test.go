@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
 )
 
 // The same signer, with only the CA key URI changed, issues pod

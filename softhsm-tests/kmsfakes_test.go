@@ -7,8 +7,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
 )
 
 // kmsFakes are the wire-level Cloud KMS and AWS KMS fakes of one test.

@@ -28,9 +28,9 @@ import (
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 // kubeletNode plays one kubelet: a Node object whose status.addresses it

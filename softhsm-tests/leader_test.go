@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/kubeclient"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

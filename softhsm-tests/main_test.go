@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/softhsm"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )

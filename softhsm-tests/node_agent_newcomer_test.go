@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper/agent"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	informerscertv1 "k8s.io/client-go/informers/certificates/v1"

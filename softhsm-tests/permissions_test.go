@@ -12,8 +12,8 @@ import (
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
 	certv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -9,7 +9,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 // wantAllowed asks the apiserver's own authorizer (a SubjectAccessReview)

@@ -2,6 +2,7 @@ package softhsmtests
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
 	"net/http"
 	"strings"
@@ -10,9 +11,9 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/testregistry"
-	"github.com/keyward/keyward/signer/authority"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/signer/registrytoken"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // tokenKey creates a key of alg in the run's SoftHSM token through
@@ -31,7 +32,7 @@ func tokenKey(t *testing.T, alg backends.Algorithm) (backends.Signer, *x509.Cert
 		t.Fatalf("creating a %s token-signing key in SoftHSM: %v", alg, err)
 	}
 	t.Cleanup(func() { key.Close() })
-	cert, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: "keyward registry tokens", Lifetime: 24 * time.Hour})
+	cert, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: "keyward registry tokens"}, Lifetime: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/faults"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/faults"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/keyward/keyward/cmd/keyward/app"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,12 +16,13 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/controlplane"
+	"github.com/keyward/keyward/ca"
+	"github.com/keyward/keyward/cmd/keyward/app"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer"
-	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/pcr"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -54,7 +55,7 @@ func newCA(t testing.TB, opts all.Options, createURI, name string) (string, stri
 		t.Fatalf("creating CA key %s: %v", createURI, err)
 	}
 	defer key.Close()
-	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: name, Lifetime: 30 * 24 * time.Hour})
+	root, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: name}, Lifetime: 30 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

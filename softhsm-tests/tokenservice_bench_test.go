@@ -31,13 +31,13 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
-	"github.com/keyward/keyward/internal/servingcert"
 	"github.com/keyward/keyward/kubeclient"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/registrytoken"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
+	"github.com/keyward/keyward/testsupport/servingcert"
 )
 
 // Run with: go test -run '^$' -bench TokenService -benchtime 1x ./softhsm-tests/

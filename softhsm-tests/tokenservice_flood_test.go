@@ -23,10 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/keyward/keyward/backends/all"
-	"github.com/keyward/keyward/internal/servingcert"
-	"github.com/keyward/keyward/internal/testregistry"
 	"github.com/keyward/keyward/signer/tokenservice"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/servingcert"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // The flood of TestForgedTokensDoNotStarveRealPulls: bounded in rate,

@@ -28,12 +28,12 @@ import (
 
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/cmd/keyward/app"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/servingcert"
-	"github.com/keyward/keyward/internal/testregistry"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/tokenservice"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/servingcert"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // registryAudience is declared in node_token_audience_test.go (h-C).

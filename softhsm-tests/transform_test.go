@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"

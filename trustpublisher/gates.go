@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -234,7 +235,7 @@ func BundleDigest(members []Member) string {
 
 // ParseGeneration parses a generation's certificatePEM and chainPEM into
 // the CA certificate followed by its issuers, and checks that each is a CA
-// and that each is signed by the next.
+// and that each is signed by the next (ca.CheckLinked).
 func ParseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
 	certs, err := pemcert.Parse([]byte(g.CertificatePEM))
 	if err != nil {
@@ -248,15 +249,8 @@ func ParseGeneration(g v1alpha1.Generation) ([]*x509.Certificate, error) {
 		return nil, fmt.Errorf("chainPEM: %w", err)
 	}
 	certs = append(certs, chain...)
-	for i, c := range certs {
-		if !c.BasicConstraintsValid || !c.IsCA {
-			return nil, fmt.Errorf("certificate %d (%s) is not a CA certificate", i, c.Subject)
-		}
-		if i+1 < len(certs) {
-			if err := c.CheckSignatureFrom(certs[i+1]); err != nil {
-				return nil, fmt.Errorf("certificate %d (%s) is not signed by the next one (%s): %w", i, c.Subject, certs[i+1].Subject, err)
-			}
-		}
+	if err := ca.CheckLinked(certs); err != nil {
+		return nil, err
 	}
 	return certs, nil
 }

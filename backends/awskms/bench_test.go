@@ -9,8 +9,8 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/awskms"
 	"github.com/keyward/keyward/backends/backendtest"
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/kmstest"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/kmstest"
 )
 
 // BenchmarkSignAt20msLatency signs through the provider — the real SDK

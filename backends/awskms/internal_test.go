@@ -10,7 +10,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/internal/awskmsfake"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
 )
 
 func TestClientsAreMadeOncePerRegionAndEndpointAndShared(t *testing.T) {

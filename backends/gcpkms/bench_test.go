@@ -11,7 +11,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/backendtest"
 	"github.com/keyward/keyward/backends/gcpkms"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
 )
 
 // BenchmarkSignAt20msLatency signs through the provider against the fake

@@ -13,8 +13,8 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/backendtest"
 	"github.com/keyward/keyward/backends/gcpkms"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
-	"github.com/keyward/keyward/internal/kmstest"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
+	"github.com/keyward/keyward/testsupport/kmstest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

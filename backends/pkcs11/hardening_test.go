@@ -17,7 +17,7 @@ import (
 	"github.com/ThalesGroup/crypto11"
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/pkcs11"
-	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/testsupport/softhsm"
 	p11 "github.com/miekg/pkcs11"
 )
 

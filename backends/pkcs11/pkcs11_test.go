@@ -22,7 +22,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/backendtest"
 	"github.com/keyward/keyward/backends/pkcs11"
-	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/testsupport/softhsm"
 )
 
 var (

@@ -13,8 +13,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/promcrds"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/promcrds"
 )
 
 // cp is the real kube-apiserver (Node,RBAC, NodeRestriction) of this test

@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/deploy/rbac"
-	"github.com/keyward/keyward/internal/controlplane"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	tokenconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 // rbacInput builds deploy/rbac's Input from what a sample configures: the

@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper/agent"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"

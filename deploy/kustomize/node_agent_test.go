@@ -29,12 +29,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/deploy"
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/nodehelper/agent"
 	"github.com/keyward/keyward/signer/approver"
 	"github.com/keyward/keyward/signer/config"
 	csrsigner "github.com/keyward/keyward/signer/csr"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 // manifests are the base's node agent objects as a user applies them:

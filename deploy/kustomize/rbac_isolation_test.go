@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy/rbac"
-	"github.com/keyward/keyward/internal/controlplane"
 	signerconfig "github.com/keyward/keyward/signer/config"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy/rbac"
-	"github.com/keyward/keyward/internal/controlplane"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	signerconfig "github.com/keyward/keyward/signer/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy/observability"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/promcrds"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/promcrds"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

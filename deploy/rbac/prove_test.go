@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/signer/config"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
+	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
 // startControlPlane starts a control plane for t, stopped when t ends;

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/deploy"
-	"github.com/keyward/keyward/internal/controlplane"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"

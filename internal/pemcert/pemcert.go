@@ -1,5 +1,5 @@
 // Package pemcert parses PEM certificate lists. It is a leaf package so that
-// both the signer side (internal/cacert) and trustpublisher can use it
+// both the CA rules (ca/) and trustpublisher can use it
 // without importing each other.
 package pemcert
 

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyward/keyward/internal/signername"
 	"github.com/keyward/keyward/internal/strictyaml"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/nodehelper/trust"
-	signerconfig "github.com/keyward/keyward/signer/config"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -543,7 +543,7 @@ func validateSignerName(s string, p *field.Path) field.ErrorList {
 	switch {
 	case s == "":
 		return field.ErrorList{field.Required(p, "")}
-	case !signerconfig.ValidSignerName(s):
+	case !signername.Valid(s):
 		return field.ErrorList{field.Invalid(p, s, "must be <domain>/<path>, e.g. keyward.dev/node-daemon")}
 	}
 	return nil

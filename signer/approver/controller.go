@@ -115,7 +115,7 @@ type Controller struct {
 	nodeInformer cache.SharedIndexInformer
 	// nodesSynced reports whether the Node cache is complete.
 	nodesSynced func() bool
-	nodes        nodeCache
+	nodes       nodeCache
 
 	synced atomic.Bool
 	mu     sync.Mutex

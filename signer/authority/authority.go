@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
+	"github.com/keyward/keyward/ca"
 )
 
 // ErrCAExpiresTooSoon is returned when a certificate of the chain (the CA
@@ -174,14 +175,14 @@ func (a *Authority) Sign(ctx context.Context, tmpl *x509.Certificate, pub crypto
 	t.MaxPathLen = 0
 	t.MaxPathLenZero = false
 	if len(t.SubjectKeyId) == 0 {
-		if t.SubjectKeyId, err = SubjectKeyID(pub); err != nil {
+		if t.SubjectKeyId, err = ca.SubjectKeyID(pub); err != nil {
 			return nil, err
 		}
 	}
 	// CreateCertificate copies the CA's subject key id into the leaf's
 	// authority key id; a CA certificate without one gets it computed.
 	if len(a.cert.SubjectKeyId) == 0 && len(t.AuthorityKeyId) == 0 {
-		if t.AuthorityKeyId, err = SubjectKeyID(a.cert.PublicKey); err != nil {
+		if t.AuthorityKeyId, err = ca.SubjectKeyID(a.cert.PublicKey); err != nil {
 			return nil, err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/signer/authority"
 )
 
@@ -39,8 +40,8 @@ func newCAKey(t *testing.T) backends.Signer {
 func newAuthority(t *testing.T, caLifetime time.Duration) *authority.Authority {
 	t.Helper()
 	key := newCAKey(t)
-	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{
-		CommonName: "test root", Lifetime: caLifetime, Now: func() time.Time { return epoch },
+	root, err := ca.SelfSign(context.Background(), key, ca.Options{
+		Subject: pkix.Name{CommonName: "test root"}, Lifetime: caLifetime, Now: func() time.Time { return epoch },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestLeafValidityIsExactlyTheLifetimeFromTheBackdatedStart(t *testing.T) {
 }
 
 func TestLeafNeverOutlivesItsCA(t *testing.T) {
-	a := newAuthority(t, 2*time.Hour) // root valid epoch-1h .. epoch+1h
+	a := newAuthority(t, time.Hour) // root valid epoch-5m .. epoch+1h
 	now := func() time.Time { return epoch.Add(30 * time.Minute) }
 
 	_, err := a.Sign(context.Background(), &x509.Certificate{}, leafKey(t), authority.Policy{Lifetime: time.Hour, Now: now})
@@ -138,7 +139,7 @@ func (f failingSigner) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error
 
 func TestBackendErrorKindSurvivesSigning(t *testing.T) {
 	key := newCAKey(t)
-	root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "r", Lifetime: 24 * time.Hour, Now: func() time.Time { return epoch }})
+	root, err := ca.SelfSign(context.Background(), key, ca.Options{Subject: pkix.Name{CommonName: "r"}, Lifetime: 24 * time.Hour, Now: func() time.Time { return epoch }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestACorruptSignatureIsATransientDeviceFault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			root, err := authority.SelfSignRoot(context.Background(), key, authority.RootOptions{CommonName: "r", Lifetime: 24 * time.Hour, Now: func() time.Time { return epoch }})
+			root, err := ca.SelfSign(context.Background(), key, ca.Options{Subject: pkix.Name{CommonName: "r"}, Lifetime: 24 * time.Hour, Now: func() time.Time { return epoch }})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/keyward/keyward/internal/signername"
 	"github.com/keyward/keyward/internal/strictyaml"
 )
 
@@ -477,11 +478,10 @@ func (c *SignerConfiguration) Default() {
 	}
 }
 
-var signerNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[a-zA-Z0-9][-a-zA-Z0-9_.]*(/[-a-zA-Z0-9_.]+)*$`)
-
 // ValidSignerName reports whether s has a signer name's form,
-// <domain>/<path> (e.g. keyward.dev/pod-identity).
-func ValidSignerName(s string) bool { return signerNameRE.MatchString(s) }
+// <domain>/<path> (e.g. keyward.dev/pod-identity): signername.Valid, which
+// the node helper uses too.
+func ValidSignerName(s string) bool { return signername.Valid(s) }
 
 var (
 	trustDomainRE   = regexp.MustCompile(`^[a-z0-9._-]+$`)
@@ -541,7 +541,7 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	domain, _, _ := strings.Cut(s.Name, "/")
 	switch {
-	case !signerNameRE.MatchString(s.Name):
+	case !signername.Valid(s.Name):
 		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "must be <domain>/<path>, e.g. keyward.dev/pod-identity"))
 	case reservedDomain(domain) && KubernetesSignerNames[s.Profile] != s.Name:
 		errs = append(errs, field.Invalid(p.Child("name"), s.Name, "signer names in the kubernetes.io and k8s.io domains are reserved, except the three a CSR profile serves (kubeAPIServerClient, kubeAPIServerClientKubelet, kubeletServing)"))

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
+	"github.com/keyward/keyward/testsupport/testca"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/lintgate"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
+	"github.com/keyward/keyward/testsupport/lintgate"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -2,6 +2,7 @@ package generations
 
 import (
 	"context"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -47,7 +49,7 @@ func newTestCA(t *testing.T, name string) testCA {
 		t.Fatal(err)
 	}
 	defer key.Close()
-	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: name, Lifetime: 24 * time.Hour})
+	root, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: name}, Lifetime: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyward/keyward/internal/testkeys"
 	"github.com/keyward/keyward/signer/profile"
+	"github.com/keyward/keyward/testsupport/testkeys"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"

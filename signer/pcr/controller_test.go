@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/profile"
+	"github.com/keyward/keyward/testsupport/testca"
 	"github.com/prometheus/client_golang/prometheus"
 	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keyward/keyward/internal/testkeys"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
+	"github.com/keyward/keyward/testsupport/testkeys"
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	"k8s.io/apimachinery/pkg/types"

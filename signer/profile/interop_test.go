@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"os"
@@ -17,11 +18,12 @@ import (
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/file"
-	"github.com/keyward/keyward/internal/lintgate"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/nodehelper"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/profile"
+	"github.com/keyward/keyward/testsupport/lintgate"
 )
 
 // subjectKeys makes one key of every type kube-apiserver accepts in a
@@ -71,7 +73,7 @@ func interopProfiles() []interopProfile {
 	}
 }
 
-// interopCA is a root made by authority.SelfSignRoot for a file-backend key.
+// interopCA is a root made by ca.SelfSign for a file-backend key.
 type interopCA struct {
 	auth *authority.Authority
 	pem  string // path of the root's PEM file
@@ -86,7 +88,7 @@ func newInteropCA(t *testing.T, alg backends.Algorithm) interopCA {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { key.Close() })
-	root, err := authority.SelfSignRoot(ctx, key, authority.RootOptions{CommonName: "keyward interop " + string(alg), Lifetime: 24 * time.Hour})
+	root, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: "keyward interop " + string(alg)}, Lifetime: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func opensslVerify(t *testing.T, openssl string, ca interopCA, leaf *x509.Certif
 // and under every CA generation `ca init` makes (lintgate.Generations: each
 // algorithm, path length 1 with name constraints, an intermediate), a leaf
 // that zlint's RFC 5280/5480/8813 lints pass. The interop test above does
-// the same under authority.SelfSignRoot test roots.
+// the same under ca.SelfSign test roots.
 func TestLintGatePCRProfiles(t *testing.T) {
 	reg := lintgate.Registry(t)
 	covered := map[string]bool{}

@@ -12,8 +12,8 @@ import (
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/signer/issuer"
+	"github.com/keyward/keyward/testsupport/testca"
 )
 
 // recordingIssuer records every Reserve; it fails while err is set.

@@ -6,8 +6,8 @@ import (
 	"encoding/base64"
 	"testing"
 
-	"github.com/keyward/keyward/internal/lintgate"
 	"github.com/keyward/keyward/signer/issuer"
+	"github.com/keyward/keyward/testsupport/lintgate"
 )
 
 // The certificate chain a registry token carries in its x5c header, as the

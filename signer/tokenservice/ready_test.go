@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/internal/testca"
 	"github.com/keyward/keyward/signer"
+	"github.com/keyward/keyward/testsupport/testca"
 )
 
 // fakeGens is the part of generations.Manager /readyz reads.

@@ -26,13 +26,13 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/internal/testca"
-	"github.com/keyward/keyward/internal/testregistry"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/registrytoken"
 	"github.com/keyward/keyward/signer/tokenservice/config"
 	"github.com/keyward/keyward/signer/tokenservice/policy"
+	"github.com/keyward/keyward/testsupport/testca"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 const (

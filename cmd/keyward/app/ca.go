@@ -15,7 +15,7 @@ import (
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/backends/uri"
-	"github.com/keyward/keyward/internal/cacert"
+	"github.com/keyward/keyward/ca"
 	"github.com/keyward/keyward/internal/pemcert"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -188,9 +188,9 @@ type target struct {
 
 // windows are the rotation windows the Authority's gates set, else the
 // CRD's defaults.
-func (t target) windows() cacert.Windows {
+func (t target) windows() ca.Windows {
 	soak, window := trustpublisher.GateDurations(t.existing)
-	return cacert.Windows{CanarySoak: soak, PropagationWindow: window}
+	return ca.Windows{CanarySoak: soak, PropagationWindow: window}
 }
 
 // resolve finds the signer's Authority (or the name of the one to create)
@@ -319,7 +319,7 @@ type caInitOptions struct {
 	permittedDNS, excludedDNS []string
 	csrOut                    string
 	alg                       backends.Algorithm
-	cert                      cacert.Options
+	cert                      ca.Options
 }
 
 // algorithmNames are the short names ca init accepts for --algorithm.
@@ -338,11 +338,11 @@ func (o *caInitOptions) Complete() error {
 	subject := pkix.Name{CommonName: o.signer + " CA " + o.generation}
 	if o.subject != "" {
 		var err error
-		if subject, err = cacert.ParseSubject(o.subject); err != nil {
+		if subject, err = ca.ParseSubject(o.subject); err != nil {
 			return fmt.Errorf("--subject: %w", err)
 		}
 	}
-	o.cert = cacert.Options{
+	o.cert = ca.Options{
 		Subject:      subject,
 		Lifetime:     o.lifetime,
 		PathLen:      o.pathLen,
@@ -373,11 +373,11 @@ func (o *caInitOptions) Validate() error {
 		return errors.New("--algorithm applies only with --create-key")
 	}
 	if o.createKey {
-		if bits := o.alg.RSABits(); bits > 0 && bits < cacert.MinRSABits {
-			return fmt.Errorf("--algorithm %s: %w", o.alg, &cacert.WeakError{What: "key", Reason: fmt.Sprintf("RSA %d bits is below %d", bits, cacert.MinRSABits)})
+		if bits := o.alg.RSABits(); bits > 0 && bits < ca.MinRSABits {
+			return fmt.Errorf("--algorithm %s: %w", o.alg, &ca.WeakError{What: "key", Reason: fmt.Sprintf("RSA %d bits is below %d", bits, ca.MinRSABits)})
 		}
 		if c := o.alg.Curve(); c != nil && c.Params().BitSize < 256 {
-			return fmt.Errorf("--algorithm %s: %w", o.alg, &cacert.WeakError{What: "key", Reason: "curve below P-256"})
+			return fmt.Errorf("--algorithm %s: %w", o.alg, &ca.WeakError{What: "key", Reason: "curve below P-256"})
 		}
 	}
 	if o.csrOut != "" && o.skipIfPresent {
@@ -438,7 +438,7 @@ func (o *caInitOptions) openKey(ctx context.Context, reg *backends.Registry) (ba
 func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 	if o.csrOut != "" {
 		return o.withKey(ctx, o.openKey, func(key backends.Signer) error {
-			der, err := cacert.CreateCSR(ctx, key, o.cert)
+			der, err := ca.CreateCSR(ctx, key, o.cert)
 			if err != nil {
 				return err
 			}
@@ -465,15 +465,15 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := cacert.CheckLifetime(o.lifetime, o.leafMax, tgt.windows()); err != nil {
+	if err := ca.CheckLifetime(o.lifetime, o.leafMax, tgt.windows()); err != nil {
 		return err
 	}
 	return o.withKey(ctx, o.openKey, func(key backends.Signer) error {
-		root, err := cacert.SelfSign(ctx, key, o.cert)
+		root, err := ca.SelfSign(ctx, key, o.cert)
 		if err != nil {
 			return err
 		}
-		a, err := o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: cacert.EncodePEM(root)})
+		a, err := o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: ca.EncodePEM(root)})
 		if err != nil {
 			if o.createKey {
 				return fmt.Errorf("%w (the key was created: re-run with --key-uri '%s' and without --create-key)", err, key.URI())
@@ -619,7 +619,7 @@ func (o *caImportOptions) Run(ctx context.Context, out io.Writer) error {
 	return o.withKey(ctx, func(ctx context.Context, reg *backends.Registry) (backends.Signer, error) {
 		return reg.Open(ctx, backends.OpenRequest{URI: o.keyURI})
 	}, func(key backends.Signer) error {
-		im, err := cacert.CheckImport(certs, key.Public())
+		im, err := ca.CheckImport(certs, key.Public())
 		if err != nil {
 			return err
 		}
@@ -627,7 +627,7 @@ func (o *caImportOptions) Run(ctx context.Context, out io.Writer) error {
 		if nb := im.NotBefore(); nb.After(from) {
 			from = nb
 		}
-		if err := cacert.CheckLifetime(im.NotAfter().Sub(from).Truncate(time.Second), o.leafMax, tgt.windows()); err != nil {
+		if err := ca.CheckLifetime(im.NotAfter().Sub(from).Truncate(time.Second), o.leafMax, tgt.windows()); err != nil {
 			return fmt.Errorf("the chain ends %s: %w", im.NotAfter().UTC().Format(time.RFC3339), err)
 		}
 		a, err := o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{

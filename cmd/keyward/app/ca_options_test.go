@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/keyward/keyward/internal/cacert"
+	"github.com/keyward/keyward/ca"
 )
 
 // Weak --algorithm values are refused as weak, naming the numbers, before
@@ -25,9 +25,9 @@ func TestCAInitRefusesWeakAlgorithmsByName(t *testing.T) {
 			cmd.SetArgs([]string{"--signer", "example.com/w", "--generation", "g1", "--create-key",
 				"--key-uri", "file:/nonexistent/ca.key", "--kubeconfig", "/nonexistent/kubeconfig", "--algorithm", tc.algorithm})
 			err := cmd.Execute()
-			var weak *cacert.WeakError
+			var weak *ca.WeakError
 			if !errors.As(err, &weak) {
-				t.Fatalf("ca init --algorithm %s = %v, want a *cacert.WeakError", tc.algorithm, err)
+				t.Fatalf("ca init --algorithm %s = %v, want a *ca.WeakError", tc.algorithm, err)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/testsupport/softhsm"
 )
 
 // The key `keyward ca init --create-key` makes in a PKCS#11 token (here

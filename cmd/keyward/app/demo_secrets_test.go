@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyward/keyward/demo"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -77,10 +78,10 @@ var metricsURLPattern = regexp.MustCompile(`metrics (http://\S+/metrics)`)
 // each metrics endpoint's scrape, every Event in every namespace, and the
 // CertificateSigningRequests, PodCertificateRequests and Authorities with
 // their status messages and conditions.
-func collectDemoEmissions(ctx context.Context, r demoRunning, output string) (map[string]string, error) {
+func collectDemoEmissions(ctx context.Context, r demo.Running, output string) (map[string]string, error) {
 	sources := map[string]string{}
 	var logs []string
-	for _, d := range []string{r.dir, r.controlPlaneDir} {
+	for _, d := range []string{r.Dir, r.ControlPlaneDir} {
 		m, err := filepath.Glob(filepath.Join(d, "*.log"))
 		if err != nil {
 			return nil, err
@@ -101,7 +102,7 @@ func collectDemoEmissions(ctx context.Context, r demoRunning, output string) (ma
 		}
 		sources["metrics "+m[1]] = body
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(r.dir, "admin.kubeconfig"))
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(r.Dir, "admin.kubeconfig"))
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func scrape(ctx context.Context, url string) (string, error) {
 // checking the collection saw what it should: the four keyward logs and
 // the control plane's, three metrics endpoints, Events, the tokens the
 // demo obtained.
-func checkDemoSecrets(t *testing.T, r demoRunning, sources map[string]string, output string) {
+func checkDemoSecrets(t *testing.T, r demo.Running, sources map[string]string, output string) {
 	t.Helper()
 	for _, want := range []string{"log signer.log", "log approver.log", "log token-service.log", "log registry.log",
 		"log kube-apiserver.log", "log etcd.log", "Events (all namespaces)", "CertificateSigningRequests", "Authorities"} {
@@ -180,16 +181,16 @@ func checkDemoSecrets(t *testing.T, r demoRunning, sources map[string]string, ou
 	if len(scraped) != 3 {
 		t.Errorf("scraped %q, want the signer's, the approver's and the token service's metrics", scraped)
 	}
-	secrets := r.secrets.all()
+	secrets := r.Secrets.All()
 	if secrets == nil {
 		secrets = map[string]string{}
 	}
 	if len(secrets) < 6 {
 		t.Errorf("the demo recorded %d credentials, want its two service-account tokens, the plugin's password and three registry tokens", len(secrets))
 	}
-	secrets["the token's user PIN"] = r.token.PIN()
-	secrets["the token's SO-PIN"] = r.token.SOPIN()
-	if r.token.PIN() == "" || r.token.SOPIN() == "" {
+	secrets["the token's user PIN"] = r.Token.PIN()
+	secrets["the token's SO-PIN"] = r.Token.SOPIN()
+	if r.Token.PIN() == "" || r.Token.SOPIN() == "" {
 		t.Error("the demo's token has no PIN or SO-PIN to look for")
 	}
 	sources["demo output"] = output

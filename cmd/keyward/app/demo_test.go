@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"github.com/keyward/keyward/demo"
+	"github.com/keyward/keyward/testsupport/testregistry"
 	"os"
 	"strings"
 	"testing"
@@ -26,15 +28,15 @@ func TestDemoOnce(t *testing.T) {
 	var out bytes.Buffer
 	t.Setenv(runAsKeyward, "1") // for the plugin, run as a child
 	// Before the demo stops: everything it emitted, for the secret scan.
-	var running demoRunning
+	var running demo.Running
 	var sources map[string]string
-	beforeStop := func(ctx context.Context, r demoRunning) error {
+	beforeStop := func(ctx context.Context, r demo.Running) error {
 		running = r
 		var err error
 		sources, err = collectDemoEmissions(ctx, r, out.String())
 		return err
 	}
-	if err := runDemo(ctx, &out, &demoOptions{dir: dir, once: true, registryBinary: buildRegistry(t), plugin: []string{os.Args[0]}, beforeStop: beforeStop}); err != nil {
+	if err := demo.Run(ctx, &out, withCommandLayer(demo.Options{Dir: dir, Once: true, RegistryBinary: testregistry.BuildBinary(t), Plugin: []string{os.Args[0]}, BeforeStop: beforeStop})); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	// No PIN, SO-PIN, private key, service-account or registry token in

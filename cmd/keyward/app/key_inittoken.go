@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/internal/pkcs11token"
 	"github.com/spf13/cobra"
 )
 
@@ -27,7 +27,7 @@ func newKeyInitTokenCommand() *cobra.Command {
 			"SoftHSM2 reads its configuration from SOFTHSM2_CONF.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			present, err := softhsm.TokenPresent(o.module, o.label)
+			present, err := pkcs11token.TokenPresent(o.module, o.label)
 			if err != nil {
 				return fmt.Errorf("looking for token %s in %s: %w", o.label, o.module, err)
 			}
@@ -43,7 +43,7 @@ func newKeyInitTokenCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			serial, err := softhsm.InitToken(o.module, o.label, soPIN, pin)
+			serial, err := pkcs11token.InitToken(o.module, o.label, soPIN, pin)
 			if err != nil {
 				return fmt.Errorf("initialising token %s in %s: %w", o.label, o.module, err)
 			}

@@ -9,10 +9,10 @@ import (
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
-	"github.com/keyward/keyward/internal/awskmsfake"
-	"github.com/keyward/keyward/internal/gcpkmsfake"
-	"github.com/keyward/keyward/internal/kmstest"
-	"github.com/keyward/keyward/internal/softhsm"
+	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/gcpkmsfake"
+	"github.com/keyward/keyward/testsupport/kmstest"
+	"github.com/keyward/keyward/testsupport/softhsm"
 )
 
 func runKeyward(t *testing.T, args ...string) (string, error) {

@@ -15,6 +15,7 @@ import (
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/trustpublisher"
+	"github.com/keyward/keyward/trustpublisher/trustedit"
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,7 +36,11 @@ const (
 )
 
 // ErrGateHolds is matched (errors.Is) by a *GateError.
-var ErrGateHolds = errors.New("a gate holds the transition")
+var ErrGateHolds = trustedit.ErrGateHolds
+
+// GateError is a refusal because the controller would hold the step
+// (trustedit.GateError, which `keyward demo` matches too).
+type GateError = trustedit.GateError
 
 // ErrWaitTimeout: --wait ran out before status showed the phase.
 var ErrWaitTimeout = errors.New("timed out waiting for the phase")
@@ -68,29 +73,6 @@ func checkNoPendingOverride(a *v1alpha1.Authority, now time.Time) error {
 	return fmt.Errorf("%w on Authority %s: %s (reason %q, by %s), not yet applied by the controller (a gate no override skips holds it, or the trust publisher is not running: see keyward trust status); wait for it, or drop it with kubectl annotate authority %s %s-",
 		ErrOverridePending, a.Name, phaseList(o.Generations), o.Reason, orDash(o.RequestedBy), a.Name, v1alpha1.OverrideAnnotation)
 }
-
-// GateError is a refusal because the controller would hold the step.
-type GateError struct {
-	Step trustpublisher.Step
-	// Unforceable is set when --force was given but cannot skip the gate.
-	Unforceable bool
-}
-
-func (e *GateError) Error() string {
-	s := e.Step
-	// s.Message reads "Staged → Promoted: CanarySoak: canary soak 12m0s
-	// of 1h0m0s, opens at …", every closed gate named.
-	msg := fmt.Sprintf("refused: %s %s", s.Generation, s.Message)
-	if s.OpensAt != nil {
-		msg += fmt.Sprintf(" (%s opens in %s)", s.Gate, time.Until(*s.OpensAt).Round(time.Second))
-	}
-	if e.Unforceable {
-		return msg + "; --force skips every gate but InvalidCertificate and KeyNotReady"
-	}
-	return msg + "; nothing changed (wait, or --force --reason TEXT)"
-}
-
-func (e *GateError) Is(target error) bool { return target == ErrGateHolds }
 
 // ExitCode is the process exit code for err: 0, ExitGateHolds,
 // ExitWaitTimeout, or 1.
@@ -323,39 +305,6 @@ func (o *trustEditOptions) validate() error {
 	return nil
 }
 
-// setPhase sets generation gen's desired phase to p in a; activating
-// moves the current desired Active generation to Promoted. It returns the
-// generations whose desired phase changed, with their new phase.
-func setPhase(a *v1alpha1.Authority, gen string, p v1alpha1.Phase) (map[string]v1alpha1.Phase, error) {
-	i := -1
-	for j, g := range a.Spec.Generations {
-		if g.Name == gen {
-			i = j
-		}
-	}
-	if i < 0 {
-		var names []string
-		for _, g := range a.Spec.Generations {
-			names = append(names, g.Name)
-		}
-		return nil, fmt.Errorf("Authority %s has no generation %s (it has %s)", a.Name, gen, strings.Join(names, ", "))
-	}
-	changed := map[string]v1alpha1.Phase{}
-	if p == v1alpha1.PhaseActive {
-		for j := range a.Spec.Generations {
-			if g := &a.Spec.Generations[j]; j != i && g.Phase == v1alpha1.PhaseActive {
-				g.Phase = v1alpha1.PhasePromoted
-				changed[g.Name] = g.Phase
-			}
-		}
-	}
-	if a.Spec.Generations[i].Phase != p {
-		a.Spec.Generations[i].Phase = p
-		changed[gen] = p
-	}
-	return changed, nil
-}
-
 // setOverride puts the override annotation on a for the changed
 // generations.
 func setOverride(a *v1alpha1.Authority, changed map[string]v1alpha1.Phase, reason, by string) error {
@@ -426,7 +375,7 @@ func (o *trustEditOptions) runPhase(ctx context.Context, out io.Writer, ref, gen
 		}
 		name = a.Name
 		edited := a.DeepCopy()
-		if changed, err = setPhase(edited, gen, phase); err != nil {
+		if changed, err = trustedit.SetPhase(edited, gen, phase); err != nil {
 			return err
 		}
 		if len(changed) == 0 {
@@ -576,10 +525,10 @@ func (o *trustEmergencyOptions) run(ctx context.Context, out io.Writer, ref stri
 		}
 		name = a.Name
 		edited := a.DeepCopy()
-		if _, err := setPhase(edited, o.activate, v1alpha1.PhaseActive); err != nil {
+		if _, err := trustedit.SetPhase(edited, o.activate, v1alpha1.PhaseActive); err != nil {
 			return err
 		}
-		if _, err := setPhase(edited, o.compromised, v1alpha1.PhaseRetired); err != nil {
+		if _, err := trustedit.SetPhase(edited, o.compromised, v1alpha1.PhaseRetired); err != nil {
 			return err
 		}
 		if err := setOverride(edited, want, o.reason, by); err != nil {

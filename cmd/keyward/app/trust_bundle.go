@@ -3,12 +3,11 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/keyward/keyward/trustpublisher/trustedit"
 	"github.com/spf13/cobra"
 
 	"github.com/keyward/keyward/nodehelper"
@@ -53,14 +52,14 @@ a registry given no keys would refuse every token.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 			defer cancel()
-			certs, err := kubeletView(ctx, client, args[0], o.version)
+			certs, err := trustedit.KubeletView(ctx, client, args[0], o.version)
 			if err != nil {
 				return err
 			}
 			if len(certs) == 0 {
 				return fmt.Errorf("no %s ClusterTrustBundle of signer name %s holds a certificate (is the trust publisher running for it?)", o.version, args[0])
 			}
-			out, err := renderBundle(certs, o.format)
+			out, err := registrytoken.RenderTrust(certs, o.format)
 			if err != nil {
 				return err
 			}
@@ -86,24 +85,6 @@ a registry given no keys would refuse every token.`,
 	cmd.Flags().StringVar(&o.output, "output", "", "write to this file (atomically, only on change) instead of stdout")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
 	return cmd
-}
-
-// renderBundle is certs as PEM or as a JWKS.
-func renderBundle(certs []*x509.Certificate, format string) ([]byte, error) {
-	if format == "jwks" {
-		b, err := registrytoken.JWKS(certs)
-		if err != nil {
-			return nil, err
-		}
-		return append(b, '\n'), nil
-	}
-	var buf bytes.Buffer
-	for _, c := range certs {
-		if err := pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}); err != nil {
-			return nil, err
-		}
-	}
-	return buf.Bytes(), nil
 }
 
 // replaceFile makes path hold data (mode 0644), through a temporary file

@@ -56,11 +56,11 @@ import (
 	"github.com/keyward/keyward/backends"
 	registrycredentials "github.com/keyward/keyward/deploy/examples/registry-credentials"
 	"github.com/keyward/keyward/deploy/rbac"
-	"github.com/keyward/keyward/internal/controlplane"
 	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/signer/registrytoken"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 	"github.com/keyward/keyward/signer/tokenservice/policy"
+	"github.com/keyward/keyward/testsupport/controlplane"
 
 	// The token access controller and the in-memory storage driver
 	// register themselves by name.

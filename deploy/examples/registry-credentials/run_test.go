@@ -28,10 +28,10 @@ import (
 	"github.com/keyward/keyward/backends/all"
 	"github.com/keyward/keyward/backends/file"
 	"github.com/keyward/keyward/cmd/keyward/app"
-	"github.com/keyward/keyward/internal/controlplane"
-	"github.com/keyward/keyward/internal/testregistry"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/tokenservice"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/testregistry"
 )
 
 // The least privilege is enough: `keyward token-service`'s Run, with the
