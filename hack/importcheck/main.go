@@ -65,23 +65,41 @@ type Graph struct {
 }
 
 func main() {
-	graph, err := loadGraph(".")
-	if err == nil {
-		var rules []Rule
-		if rules, err = loadRules(".", graph.Module); err == nil {
-			if v := Check(graph, rules); len(v) > 0 {
-				for _, x := range v {
-					fmt.Fprintln(os.Stderr, x)
-				}
-				fmt.Fprintf(os.Stderr, "importcheck: %d import rule violation(s); the rules are in the %s files\n", len(v), RuleFile)
-				os.Exit(1)
-			}
-			fmt.Printf("importcheck: %d rules hold for %d packages\n", len(rules), countModule(graph))
-			return
-		}
+	v, summary, err := run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "importcheck:", err)
+		os.Exit(2)
 	}
-	fmt.Fprintln(os.Stderr, "importcheck:", err)
-	os.Exit(2)
+	if len(v) > 0 {
+		for _, x := range v {
+			fmt.Fprintln(os.Stderr, x)
+		}
+		fmt.Fprintf(os.Stderr, "importcheck: %d violation(s); the rules are in the %s files, the drawing in %s\n", len(v), RuleFile, DiagramFile)
+		os.Exit(1)
+	}
+	fmt.Println(summary)
+}
+
+// run checks the rules and the diagram from the module root.
+func run() (violations []string, summary string, err error) {
+	graph, err := loadGraph(".")
+	if err != nil {
+		return nil, "", err
+	}
+	rules, err := loadRules(".", graph.Module)
+	if err != nil {
+		return nil, "", err
+	}
+	doc, err := os.ReadFile(DiagramFile)
+	if err != nil {
+		return nil, "", err
+	}
+	drawn, err := DrawnEdges(doc)
+	if err != nil {
+		return nil, "", err
+	}
+	v := append(Check(graph, rules), CheckDiagram(RoomEdges(graph), drawn)...)
+	return v, fmt.Sprintf("importcheck: %d rules hold for %d packages, and %s draws the rooms as they are", len(rules), countModule(graph), DiagramFile), nil
 }
 
 func countModule(g *Graph) int {
