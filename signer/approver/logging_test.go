@@ -1,7 +1,8 @@
 package approver
 
-// Review findings (h-review2): each test fails until the fix named in its
-// comment is applied.
+// What the approver logs at default verbosity when a write is refused or a
+// requester is not authorized, and what it forgets; each test names the
+// fix it holds in place.
 
 import (
 	"bytes"
@@ -47,7 +48,7 @@ func defaultVerbosityLog(t *testing.T, c *Controller, csr *certificatesv1.Certif
 // name and the missing grant ("grant approve on signers <name> and update
 // on certificatesigningrequests/approval; see deploy/kustomize/base/rbac.yaml"),
 // and wait (waitError, e.g. 30 s) instead of exponential backoff.
-func TestReviewForbiddenApprovalIsLoggedAtDefaultVerbosity(t *testing.T) {
+func TestForbiddenApprovalIsLoggedAtDefaultVerbosity(t *testing.T) {
 	c, client, _ := newTestController(t, nil)
 	client.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "approval" {
@@ -72,7 +73,7 @@ func TestReviewForbiddenApprovalIsLoggedAtDefaultVerbosity(t *testing.T) {
 // errNotAuthorized log once per CSR at default verbosity, naming the user
 // and the subresources tried and the ClusterRoles that grant them
 // (…:nodeclient for bootstrap, …:selfnodeclient for renewal).
-func TestReviewUnauthorizedKubeletClientCSRIsLoggedAtDefaultVerbosity(t *testing.T) {
+func TestUnauthorizedKubeletClientCSRIsLoggedAtDefaultVerbosity(t *testing.T) {
 	c, _, _ := newTestController(t, nil)
 	logged := defaultVerbosityLog(t, c, clientCSR("system:bootstrap:zzz", nil).build(t, "client-unauthorized"))
 	if !strings.Contains(logged, "client-unauthorized") || !strings.Contains(logged, "nodeclient") {

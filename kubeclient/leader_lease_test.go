@@ -17,7 +17,7 @@ import (
 // ignores the cancellation, and today drains its whole queue): a standby
 // acquires the Lease and issues the same requests. The Lease must stay held
 // until lead has returned.
-func TestReviewTheLeaseIsHeldUntilLeadReturns(t *testing.T) {
+func TestTheLeaseIsHeldUntilLeadReturns(t *testing.T) {
 	client := fake.NewClientset()
 	ctx, cancel := context.WithCancel(context.Background())
 	var leadReturned atomic.Bool

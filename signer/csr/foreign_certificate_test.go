@@ -1,7 +1,7 @@
 package csr
 
-// Review findings (h-review2): each test fails until the fix named in its
-// comment is applied.
+// A certificate another signer wrote into a CSR this signer serves is
+// reported loudly; the test names the fix it holds in place.
 
 import (
 	"bytes"
@@ -65,7 +65,7 @@ func foreignCertificate(t *testing.T) []byte {
 // issuer/AuthorityKeyId differs from auth.Chain()[0]'s subject/SubjectKeyId):
 // a certificate of ours written first by the previous leader during a
 // handover is not this mistake and stays at V(2).
-func TestReviewACertificateWrittenByAnotherSignerIsLoudAtDefaultVerbosity(t *testing.T) {
+func TestACertificateWrittenByAnotherSignerIsLoudAtDefaultVerbosity(t *testing.T) {
 	s, counting := unitSigner(t)
 	req := unitCSR(t, "both-sign", unitName, true)
 	c, client := unitController(t, s, nil, req)

@@ -52,7 +52,7 @@ func (s *goneEventSink) creates() int {
 // Patch is counted as a failed write. (It also counts every one of the up
 // to 12 tries of an Event as a separate failure.) An alert on this metric
 // fires on a healthy cluster once any warning repeats for over an hour.
-func TestReview3AnExpiredEventRecreatedIsNotAWriteError(t *testing.T) {
+func TestAnExpiredEventRecreatedIsNotAWriteError(t *testing.T) {
 	failed := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
 	sink := &goneEventSink{}
 	b := record.NewBroadcaster(record.WithSleepDuration(time.Millisecond))

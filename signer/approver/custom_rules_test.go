@@ -33,7 +33,7 @@ import (
 // (csr.NewPolicy(signer config)) and deny with the Violation's message when
 // Policy.Check(req, csr.Spec.Usages) returns one — one source of truth for
 // the csr rules (this also removes the duplicated nameMatches/uriMatches).
-func TestReviewCustomApprovalDeniesWhatTheSignerWouldFail(t *testing.T) {
+func TestCustomApprovalDeniesWhatTheSignerWouldFail(t *testing.T) {
 	oidDC := asn1.ObjectIdentifier{0, 9, 2342, 19200300, 100, 1, 25}
 	oidBasicConstraints := asn1.ObjectIdentifier{2, 5, 29, 19}
 	caTrue, err := asn1.Marshal(struct{ IsCA bool }{true})

@@ -61,7 +61,7 @@ func (k *slowKey) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, erro
 // context.WithoutCancel), after kubeclient.RunLeader released the Lease:
 // the next leader signs the same requests again, and shutdown lasts as long
 // as the backlog.
-func TestReviewNoNewSignaturesAfterTheContextEnds(t *testing.T) {
+func TestNoNewSignaturesAfterTheContextEnds(t *testing.T) {
 	s, _ := testSigner(t)
 	key := &slowKey{Signer: authorityOf(s).Signer(), delay: 20 * time.Millisecond}
 	auth, err := authority.New(authorityOf(s).Certificate(), nil, key)
@@ -110,7 +110,7 @@ func TestReviewNoNewSignaturesAfterTheContextEnds(t *testing.T) {
 // /readyz is green) while no request happened to be signed leaves
 // outageSince set, so a new request's first transient error an hour later
 // is Failed SignerUnavailable at once: kubelet never starts that pod.
-func TestReviewFailAfterIgnoresAnOutageThatEndedWithoutARequest(t *testing.T) {
+func TestFailAfterIgnoresAnOutageThatEndedWithoutARequest(t *testing.T) {
 	outage := &backends.Error{Kind: backends.ErrTransient, Op: "sign", Err: io.ErrUnexpectedEOF}
 	h := newHarness(t, func(o *Options) { o.FailAfter = 10 * time.Minute })
 	h.key.setErr(outage)
@@ -168,7 +168,7 @@ func apiserverWindow(h *harness, down *atomic.Bool) func(int, *certv1.PodCertifi
 // signer's clock is skewed"), permanently. A refusal of a certificate that
 // keyward's own clock already finds older than the window is keyward's own
 // delay, and says nothing about skew.
-func TestReviewAnAgedCertificateIsNotClockSkew(t *testing.T) {
+func TestAnAgedCertificateIsNotClockSkew(t *testing.T) {
 	h := newHarness(t, nil)
 	var down atomic.Bool
 	h.answer = apiserverWindow(h, &down)
@@ -206,7 +206,7 @@ func TestReviewAnAgedCertificateIsNotClockSkew(t *testing.T) {
 // too. The controller then blocks the whole signer name, every other
 // request included, although the identity holds every grant (each
 // permission check passes, and the next refusal blocks it again).
-func TestReviewAnAdmissionDenialDoesNotBlockTheSignerName(t *testing.T) {
+func TestAnAdmissionDenialDoesNotBlockTheSignerName(t *testing.T) {
 	h := newHarness(t, nil)
 	ssar := fake.NewClientset()
 	ssar.PrependReactor("create", "selfsubjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -242,7 +242,7 @@ func TestReviewAnAdmissionDenialDoesNotBlockTheSignerName(t *testing.T) {
 // verbosity (issue 9: "errors that are logged nowhere at default
 // verbosity"). Today a transient signing error is an Event (rate-limited,
 // coalesced per request, absent without a recorder) and a V(2) line.
-func TestReviewABackendOutageIsLoggedAtDefaultVerbosity(t *testing.T) {
+func TestABackendOutageIsLoggedAtDefaultVerbosity(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Recorder = nil })
 	h.key.setErr(&backends.Error{Kind: backends.ErrTransient, Op: "sign", Err: errors.New("connection refused")})
 	var buf bytes.Buffer
@@ -265,7 +265,7 @@ func TestReviewABackendOutageIsLoggedAtDefaultVerbosity(t *testing.T) {
 // record the event handler just dropped, and nothing drops it again until
 // the request is deleted. (Likewise records.get/update in sync re-create a
 // record whose request was deleted while the worker held it.)
-func TestReviewARecordIsNotRecreatedAfterTheInformerShowedTheRequestTerminal(t *testing.T) {
+func TestARecordIsNotRecreatedAfterTheInformerShowedTheRequestTerminal(t *testing.T) {
 	h := newHarness(t, nil)
 	h.answer = func(_ int, p *certv1.PodCertificateRequest) error {
 		// The watch event of this very write arrives first: the
@@ -298,7 +298,7 @@ func TestReviewARecordIsNotRecreatedAfterTheInformerShowedTheRequestTerminal(t *
 // the signer, not of the request: once a fresh signature is refused for
 // its notBefore, the signer should stop signing for that CA key (like a
 // missing grant: unready, logged, a metric) and let requests wait.
-func TestReviewClockSkewIsNotAPermanentFailureOfEveryRequest(t *testing.T) {
+func TestClockSkewIsNotAPermanentFailureOfEveryRequest(t *testing.T) {
 	h := newHarness(t, nil)
 	h.answer = func(_ int, p *certv1.PodCertificateRequest) error {
 		apiserverNow := h.clock.Now().Add(6 * time.Minute)

@@ -1,7 +1,8 @@
 package softhsmtests
 
-// Review findings (h-review2), against a real apiserver: each test fails
-// until the fix named in its comment is applied.
+// What the approver says, at default verbosity and against a real
+// apiserver, when its identity lacks a grant; each test names the fix it
+// holds in place.
 
 import (
 	"bytes"
@@ -51,13 +52,13 @@ func (l *lockedBuffer) String() string {
 // to 1000 s, logs only at -v=2, and /readyz says ok: at default verbosity
 // the newcomer sees nothing at all.
 //
-// Fix: see signer/approver/review_test.go
-// (TestReviewForbiddenApprovalIsLoggedAtDefaultVerbosity): on a Forbidden
+// Fix: see signer/approver/logging_test.go
+// (TestForbiddenApprovalIsLoggedAtDefaultVerbosity): on a Forbidden
 // UpdateApproval, log at default verbosity naming the signer name and the
 // grant (`approve` on signers <name>, `keyward deploy rbac`); better still, check the grant at start with a
 // SelfSubjectAccessReview per signer name (as signer/pcr.PermissionGate
 // does for `sign`) and report it in the log and /readyz.
-func TestReviewApproverWithoutApproveGrantSaysSoAtDefaultVerbosity(t *testing.T) {
+func TestApproverWithoutApproveGrantSaysSoAtDefaultVerbosity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	installApproverRBAC(t, ctx)

@@ -34,7 +34,7 @@ import (
 // validation answers before validating admission) it signs a fresh one.
 // A request the signer already decided to fail costs one CA-key signature
 // every five minutes for as long as it exists.
-func TestReview3AParkedFailureIsNeverSignedAgain(t *testing.T) {
+func TestAParkedFailureIsNeverSignedAgain(t *testing.T) {
 	h := newHarness(t, nil)
 	webhook := apierrors.NewForbidden(pcrResource, "pcr-1",
 		errors.New(`admission webhook "pcr-guard.example.com" denied the request: only kube-system may write PodCertificateRequest status`))
@@ -81,7 +81,7 @@ func TestReview3AParkedFailureIsNeverSignedAgain(t *testing.T) {
 // request, keyward_signer_clock_skew_suspected=1) and pauses the whole
 // signer name for a minute. Whether a certificate aged in keyward's hands
 // is known from its own clock and the leaf's notBefore.
-func TestReview3ALargeBackdateIsNotClockSkew(t *testing.T) {
+func TestALargeBackdateIsNotClockSkew(t *testing.T) {
 	h := newHarness(t, nil)
 	h.signer.Backdate = 5*time.Minute - 15*time.Second
 	h.clock.Step(time.Hour) // the CA is older than the backdate
@@ -137,7 +137,7 @@ func (k *gatedKey) Sign(_ io.Reader, d []byte, o crypto.SignerOpts) ([]byte, err
 // (skewRetry), and nothing lets only one of them through: each worker
 // signs one, so a persistent skew costs `workers` refused CA-key
 // signatures a minute, not one.
-func TestReview3AfterASkewPauseOneRequestIsTried(t *testing.T) {
+func TestAfterASkewPauseOneRequestIsTried(t *testing.T) {
 	h := newHarness(t, nil)
 	h.answer = func(_ int, p *certv1.PodCertificateRequest) error {
 		return errNotBeforeWindow // the signer's clock stays skewed
