@@ -28,7 +28,8 @@ func InitToken(module, label, soPIN, pin string) (string, error) {
 }
 
 // TokenPresent reports whether the module has an initialised token
-// labelled label.
+// labelled label whose user PIN is set too: a token whose C_InitPIN failed
+// is not present (InitToken finishes it).
 func TokenPresent(module, label string) (bool, error) {
 	p := pkcs11.New(module)
 	if p == nil {
@@ -51,11 +52,20 @@ func TokenPresent(module, label string) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("C_GetTokenInfo: %w", err)
 		}
-		if strings.TrimSpace(ti.Label) == label && ti.Flags&pkcs11.CKF_TOKEN_INITIALIZED != 0 {
+		if strings.TrimSpace(ti.Label) == label && ti.Flags&pkcs11.CKF_TOKEN_INITIALIZED != 0 && ti.Flags&pkcs11.CKF_USER_PIN_INITIALIZED != 0 {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// pinFits checks a PIN against a token's length limits before any call
+// that would leave a half-made token behind.
+func pinFits(what, pin string, ti pkcs11.TokenInfo) error {
+	if n := uint(len(pin)); (ti.MinPinLen > 0 && n < ti.MinPinLen) || (ti.MaxPinLen > 0 && n > ti.MaxPinLen) {
+		return fmt.Errorf("the %s is %d characters; the token takes %d to %d", what, n, ti.MinPinLen, ti.MaxPinLen)
+	}
+	return nil
 }
 
 // initToken finds the free slot SoftHSM always offers, initialises a token
@@ -82,24 +92,40 @@ func initToken(module, label, soPIN, pin string) (string, error) {
 		return "", fmt.Errorf("C_GetSlotList: %w", err)
 	}
 	free := -1
+	var freeInfo pkcs11.TokenInfo
+	halfMade := false
 	for i, s := range slots {
 		ti, err := p.GetTokenInfo(s)
 		if err != nil {
 			return "", fmt.Errorf("C_GetTokenInfo: %w", err)
 		}
 		if strings.TrimSpace(ti.Label) == label && ti.Flags&pkcs11.CKF_TOKEN_INITIALIZED != 0 {
-			return "", fmt.Errorf("a token labelled %q already exists", label)
+			if ti.Flags&pkcs11.CKF_USER_PIN_INITIALIZED != 0 {
+				return "", fmt.Errorf("a token labelled %q already exists", label)
+			}
+			// An earlier run's C_InitPIN failed: finish it below.
+			if err := pinFits("user PIN", pin, ti); err != nil {
+				return "", err
+			}
+			halfMade = true
+			break
 		}
 		if free < 0 && ti.Flags&pkcs11.CKF_TOKEN_INITIALIZED == 0 {
-			free = i
+			free, freeInfo = i, ti
 		}
 	}
-	if free < 0 {
-		return "", errors.New("SoftHSM offers no free slot")
-	}
-	slot := slots[free]
-	if err := p.InitToken(slot, soPIN, label); err != nil {
-		return "", fmt.Errorf("C_InitToken: %w", err)
+	if !halfMade {
+		if free < 0 {
+			return "", errors.New("SoftHSM offers no free slot")
+		}
+		for _, c := range []struct{ what, pin string }{{"SO PIN", soPIN}, {"user PIN", pin}} {
+			if err := pinFits(c.what, c.pin, freeInfo); err != nil {
+				return "", err
+			}
+		}
+		if err := p.InitToken(slots[free], soPIN, label); err != nil {
+			return "", fmt.Errorf("C_InitToken: %w", err)
+		}
 	}
 	// SoftHSM moves the initialised token to a slot of its own; find it again by label.
 	slots, err = p.GetSlotList(true)
