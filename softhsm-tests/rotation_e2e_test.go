@@ -221,10 +221,22 @@ func (r *e2eRotation) trust(verb, gen string) *app.GateError {
 func (r *e2eRotation) refused(verb, gen string) *app.GateError {
 	r.t.Helper()
 	before := r.get()
-	out, err := keyward(r.t, "trust", verb, r.signer, gen)
+	var out string
 	var gate *app.GateError
-	if !errors.As(err, &gate) || app.ExitCode(err) != app.ExitGateHolds {
-		r.t.Fatalf("keyward trust %s %s: got %v (exit code %d), want a refusal with exit code %d\n%s", verb, gen, err, app.ExitCode(err), app.ExitGateHolds, out)
+	// Right after a phase move the bundles' confirming status write may
+	// still be under way, and BundleNotPublished is named first: that
+	// refusal is the moment, not the gate under test; look again.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		out, err = keyward(r.t, "trust", verb, r.signer, gen)
+		gate = nil
+		if !errors.As(err, &gate) || app.ExitCode(err) != app.ExitGateHolds {
+			r.t.Fatalf("keyward trust %s %s: got %v (exit code %d), want a refusal with exit code %d\n%s", verb, gen, err, app.ExitCode(err), app.ExitGateHolds, out)
+		}
+		if gate.Step.Gate != kwv1alpha1.GateBundleNotPublished || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if after := r.get(); after.Generation != before.Generation || !slices.EqualFunc(after.Spec.Generations, before.Spec.Generations,
 		func(x, y kwv1alpha1.Generation) bool { return x.Name == y.Name && x.Phase == y.Phase }) {
