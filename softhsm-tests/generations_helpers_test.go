@@ -49,7 +49,7 @@ func activeAuthority(t testing.TB, signerName, keyURI, caFile string) *kwv1alpha
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := controlplane.ActiveAuthority(testContext(t), authorities(t), authorityName(signerName), signerName, testGeneration, keyURI, string(pem))
+	a, err := controlplane.ActiveAuthority(testContext(t), authorities(t), cp.AdminClient(), authorityName(signerName), signerName, testGeneration, keyURI, string(pem))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -200,7 +200,7 @@ func TestActivationSwitchesTheIssuingKeyOnBothReplicas(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controlplane.SetObservedPhases(ctx, ac, obj, map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive, "new": kwv1alpha1.PhasePromoted}); err != nil {
+	if _, err := controlplane.SetObservedPhases(ctx, ac, cp.AdminClient(), obj, map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive, "new": kwv1alpha1.PhasePromoted}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -238,7 +238,7 @@ func TestActivationSwitchesTheIssuingKeyOnBothReplicas(t *testing.T) {
 	if _, err := ac.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := controlplane.SetObservedPhases(ctx, ac, obj, map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhasePromoted, "new": kwv1alpha1.PhaseActive}); err != nil {
+	if _, err := controlplane.SetObservedPhases(ctx, ac, cp.AdminClient(), obj, map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhasePromoted, "new": kwv1alpha1.PhaseActive}); err != nil {
 		t.Fatal(err)
 	}
 	// The leader has seen the switch once a leaf is signed by the new key.
@@ -321,7 +321,7 @@ func TestMismatchedActiveGenerationIssuesNothingUntilFixed(t *testing.T) {
 	keyCA, otherCA := newTokenCA(t, "key-"+suffix), newTokenCA(t, "other-"+suffix)
 	ac := authorities(t)
 	obj := authorityName(name)
-	if _, err := controlplane.ActiveAuthority(ctx, ac, obj, name, testGeneration, keyCA.uri, otherCA.pem); err != nil {
+	if _, err := controlplane.ActiveAuthority(ctx, ac, cp.AdminClient(), obj, name, testGeneration, keyCA.uri, otherCA.pem); err != nil {
 		t.Fatal(err)
 	}
 	var counts signCounts
@@ -361,7 +361,7 @@ func TestMismatchedActiveGenerationIssuesNothingUntilFixed(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Authority %s not gone: %v", obj, err)
 	}
-	if _, err := controlplane.ActiveAuthority(ctx, ac, obj, name, testGeneration, keyCA.uri, keyCA.pem); err != nil {
+	if _, err := controlplane.ActiveAuthority(ctx, ac, cp.AdminClient(), obj, name, testGeneration, keyCA.uri, keyCA.pem); err != nil {
 		t.Fatal(err)
 	}
 	if !signedBy(t, waitTerminal(t, ctx, p, 30*time.Second), keyCA) {

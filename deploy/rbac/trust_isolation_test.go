@@ -75,7 +75,7 @@ func TestTokenServiceCannotRewriteAnotherSignersTrust(t *testing.T) {
 	// (ActiveAuthority publishes them as the trust publisher would).
 	const victim, own = "keyward.dev/pod-identity", "keyward.dev/registry-token"
 	for _, signer := range []string{victim, own} {
-		if _, err := controlplane.ActiveAuthority(ctx, adminAuth, AuthorityName(signer), signer, "g1",
+		if _, err := controlplane.ActiveAuthority(ctx, adminAuth, admin, AuthorityName(signer), signer, "g1",
 			"pkcs11:token=t;object=g1", selfSignedCA(t, signer+" g1")); err != nil {
 			t.Fatal(err)
 		}

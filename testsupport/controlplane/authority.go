@@ -2,19 +2,19 @@ package controlplane
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/keyward/keyward/deploy"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
+	"github.com/keyward/keyward/trustpublisher"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	certv1ac "k8s.io/client-go/applyconfigurations/certificates/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -46,7 +46,7 @@ func InstallAuthorityCRD(ctx context.Context, cfg *rest.Config) (*authclient.Cli
 // signerName with one generation, desired Active, and applies its status
 // phase Active as the trust publisher would (its bootstrap: no generation
 // was Active before). It returns the Authority as written.
-func ActiveAuthority(ctx context.Context, c *authclient.Client, name, signerName, generation, keyURI, certificatePEM string) (*v1alpha1.Authority, error) {
+func ActiveAuthority(ctx context.Context, c *authclient.Client, kc kubernetes.Interface, name, signerName, generation, keyURI, certificatePEM string) (*v1alpha1.Authority, error) {
 	a := &v1alpha1.Authority{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.AuthoritySpec{SignerName: signerName, Generations: []v1alpha1.Generation{
@@ -67,16 +67,16 @@ func ActiveAuthority(ctx context.Context, c *authclient.Client, name, signerName
 			return nil, fmt.Errorf("creating Authority %s again: %w", name, err)
 		}
 	}
-	return SetObservedPhases(ctx, c, name, map[string]v1alpha1.Phase{generation: v1alpha1.PhaseActive})
+	return SetObservedPhases(ctx, c, kc, name, map[string]v1alpha1.Phase{generation: v1alpha1.PhaseActive})
 }
 
 // SetObservedPhases applies status phases as the trust publisher's field
 // manager, standing in for it: phases maps every generation it reports.
-// Like the trust publisher it also writes its record of those phases on
-// the signer name's canary and live ClusterTrustBundles (the signer
-// issues only with a generation that record calls Active), so c's
-// identity needs attest on the signer name (the admin has it).
-func SetObservedPhases(ctx context.Context, c *authclient.Client, name string, phases map[string]v1alpha1.Phase) (*v1alpha1.Authority, error) {
+// Like the trust publisher it then publishes the canary and live
+// ClusterTrustBundles those phases put roots in, carrying its record of
+// them (the signer issues only with a generation that record calls
+// Active); kc's identity needs attest on the signer name (the admin has it).
+func SetObservedPhases(ctx context.Context, c *authclient.Client, kc kubernetes.Interface, name string, phases map[string]v1alpha1.Phase) (*v1alpha1.Authority, error) {
 	since := metav1.NewTime(time.Now().Truncate(time.Second))
 	var gens []map[string]any
 	for g, p := range phases {
@@ -86,52 +86,26 @@ func SetObservedPhases(ctx context.Context, c *authclient.Client, name string, p
 	if err != nil {
 		return nil, fmt.Errorf("applying the status phases of Authority %s: %w", name, err)
 	}
-	if err := publishRecord(ctx, c, out, phases, since); err != nil {
-		return nil, err
+	r := &record.Record{Authority: out.Name, UID: out.UID, Revision: time.Now().UnixNano()}
+	for _, g := range out.Spec.Generations {
+		if p := phases[g.Name]; p != "" {
+			r.Generations = append(r.Generations, record.Entry{Name: g.Name, Phase: p, Since: since.DeepCopy(), CertificateDigest: record.CertificateDigest(g)})
+		}
+	}
+	canary, live := trustpublisher.BundleContents(out)
+	force := true
+	for version, members := range map[string][]trustpublisher.Member{v1alpha1.BundleCanary: canary, v1alpha1.BundleLive: live} {
+		if len(members) == 0 {
+			continue
+		}
+		bname := trustpublisher.BundleName(out.Spec.SignerName, version)
+		ac := certv1ac.ClusterTrustBundle(bname).
+			WithLabels(trustpublisher.BundleLabels(out.Spec.TrustBundleLabelDomain, version)).
+			WithAnnotations(map[string]string{record.Annotation: r.Encode()}).
+			WithSpec(certv1ac.ClusterTrustBundleSpec().WithSignerName(out.Spec.SignerName).WithTrustBundle(trustpublisher.BundlePEM(members)))
+		if _, err := kc.CertificatesV1().ClusterTrustBundles().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: v1alpha1.FieldManagerTrustPublisher, Force: force}); err != nil {
+			return nil, fmt.Errorf("publishing ClusterTrustBundle %s with the phase record: %w", bname, err)
+		}
 	}
 	return out, nil
-}
-
-// publishRecord writes a's canary and live ClusterTrustBundles as the
-// trust publisher would for phases: the roots each phase puts in each,
-// and the record annotation.
-func publishRecord(ctx context.Context, c *authclient.Client, a *v1alpha1.Authority, phases map[string]v1alpha1.Phase, since metav1.Time) error {
-	r := &record.Record{Authority: a.Name, UID: a.UID, Revision: time.Now().UnixNano()}
-	var canary, live []string
-	for _, g := range a.Spec.Generations {
-		p, ok := phases[g.Name]
-		if !ok || p == "" {
-			continue
-		}
-		r.Generations = append(r.Generations, record.Entry{Name: g.Name, Phase: p, Since: since.DeepCopy(), CertificateDigest: record.CertificateDigest(g)})
-		if record.InCanary(p) {
-			canary = append(canary, g.CertificatePEM)
-		}
-		if record.InLive(p) {
-			live = append(live, g.CertificatePEM)
-		}
-	}
-	for version, pems := range map[string][]string{v1alpha1.BundleCanary: canary, v1alpha1.BundleLive: live} {
-		bundle := strings.TrimSpace(strings.Join(pems, "\n"))
-		if bundle == "" {
-			continue
-		}
-		bname := record.BundleName(a.Spec.SignerName, version)
-		body, err := json.Marshal(map[string]any{
-			"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
-			"metadata": map[string]any{"name": bname,
-				"labels":      map[string]string{record.ManagedByLabel: record.ManagedByValue, v1alpha1.BundleVersionLabel("keyward.dev"): version},
-				"annotations": map[string]string{record.Annotation: r.Encode()}},
-			"spec": map[string]any{"signerName": a.Spec.SignerName, "trustBundle": bundle + "\n"},
-		})
-		if err != nil {
-			return err
-		}
-		err = c.RESTClient().Patch(types.ApplyPatchType).AbsPath("/apis/certificates.k8s.io/v1/clustertrustbundles", bname).
-			Param("fieldManager", v1alpha1.FieldManagerTrustPublisher).Param("force", "true").Body(body).Do(ctx).Error()
-		if err != nil {
-			return fmt.Errorf("publishing ClusterTrustBundle %s with the phase record: %w", bname, err)
-		}
-	}
-	return nil
 }

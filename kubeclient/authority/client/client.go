@@ -38,9 +38,6 @@ type Client struct {
 	rest rest.Interface
 }
 
-// RESTClient is the client's REST client (its base is /apis, keyward.dev/v1alpha1).
-func (c *Client) RESTClient() rest.Interface { return c.rest }
-
 // New builds a Client from a rest.Config (its QPS and Burst apply).
 func New(cfg *rest.Config) (*Client, error) {
 	c := rest.CopyConfig(cfg)
