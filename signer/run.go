@@ -20,6 +20,7 @@ import (
 	"github.com/keyward/keyward/internal/httpserve"
 	"github.com/keyward/keyward/kubeclient"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	phaserecord "github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
@@ -434,7 +435,7 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 		return nil, err
 	}
 	inf := authclient.NewInformer(ac, 0)
-	bundles := generations.NewBundleInformer(kc, 0)
+	bundles := phaserecord.NewInformer(kc, 0)
 	var policies []generations.Policy
 	for _, sc := range cfg.Signers {
 		policies = append(policies, generations.Policy{Name: sc.Name, MaxLifetime: sc.MaxLifetime.Duration})

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -104,7 +103,6 @@ type Controller struct {
 	writer      authorityWriter
 	authorities cache.SharedIndexInformer
 	bundles     cache.SharedIndexInformer
-	factory     informers.SharedInformerFactory
 	queue       workqueue.TypedRateLimitingInterface[string]
 	signers     map[string]bool
 	metrics     *metrics
@@ -165,15 +163,12 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(opts.Client, opts.Resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedByLabel + "=" + ManagedByValue }))
 	c := newController(opts, opts.Authorities, authclient.NewInformer(opts.Authorities, opts.Resync), m)
 	// Fails only once the informer runs; it has not.
 	if err := c.authorities.SetWatchErrorHandlerWithContext(c.watchError); err != nil {
 		return nil, fmt.Errorf("handling the Authority informer's watch errors: %w", err)
 	}
-	c.factory = factory
-	c.bundles = factory.Certificates().V1().ClusterTrustBundles().Informer()
+	c.bundles = phaserecord.NewInformer(opts.Client, opts.Resync)
 	return c, nil
 }
 
@@ -230,7 +225,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("watching ClusterTrustBundles: %w", err)
 	}
 	go c.authorities.RunWithContext(ctx)
-	c.factory.Start(ctx.Done())
+	go c.bundles.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.authorities.HasSynced, c.bundles.HasSynced) {
 		return fmt.Errorf("waiting for the Authority and ClusterTrustBundle caches: %w", ctx.Err())
 	}

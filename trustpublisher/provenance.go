@@ -8,7 +8,6 @@ import (
 
 	"github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
-	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,16 +25,6 @@ const (
 	ReasonPhaseNotOurs       = "PhaseNotOurs"
 	ReasonCertificateChanged = "CertificateChanged"
 )
-
-// bundleGetter reads a ClusterTrustBundle from the informer's cache.
-func (c *Controller) bundleGetter(name string) (*certv1.ClusterTrustBundle, error) {
-	obj, ok, err := c.bundles.GetStore().GetByKey(name)
-	if err != nil || !ok {
-		return nil, err
-	}
-	b, _ := obj.(*certv1.ClusterTrustBundle)
-	return b, nil
-}
 
 // pendingOf is what this controller last applied as an Authority's phases
 // (nil before its first write this term).

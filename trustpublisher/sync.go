@@ -156,7 +156,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	// Only the phases the trust publisher itself moved count (its record
 	// on the bundles, or its own latest write); any other is reported and
 	// left out of everything below.
-	rec, err := record.Lookup(c.bundleGetter, a)
+	rec, err := record.Lookup(record.StoreGetter(c.bundles.GetStore()), a)
 	if err != nil {
 		return fmt.Errorf("reading the phase record of Authority %s: %w", name, err)
 	}

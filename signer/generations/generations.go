@@ -36,8 +36,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -77,7 +75,7 @@ type Options struct {
 	// Informer is an Authority informer (client.NewInformer); the caller
 	// runs it.
 	Informer cache.SharedIndexInformer
-	// Bundles is a ClusterTrustBundle informer (NewBundleInformer) over
+	// Bundles is a ClusterTrustBundle informer (record.NewInformer) over
 	// at least the trust publisher's bundles; the caller runs it. The
 	// trust publisher's record on them says which generation is Active.
 	Bundles cache.SharedIndexInformer
@@ -155,25 +153,6 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("handling the Authority informer's watch errors: %w", err)
 	}
 	return m, nil
-}
-
-// bundle reads a ClusterTrustBundle from the Bundles cache (nil, nil when
-// absent).
-func (m *Manager) bundle(name string) (*certv1.ClusterTrustBundle, error) {
-	obj, ok, err := m.opts.Bundles.GetStore().GetByKey(name)
-	if err != nil || !ok {
-		return nil, err
-	}
-	b, _ := obj.(*certv1.ClusterTrustBundle)
-	return b, nil
-}
-
-// NewBundleInformer is a ClusterTrustBundle informer over the bundles the
-// trust publisher writes (its managed-by label), for Options.Bundles.
-func NewBundleInformer(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-	return informers.NewSharedInformerFactoryWithOptions(c, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = record.ManagedByLabel + "=" + record.ManagedByValue }),
-	).Certificates().V1().ClusterTrustBundles().Informer()
 }
 
 // Issuer returns the issuer.Issuer of a configured signer name, or nil.
@@ -617,7 +596,7 @@ func (s *signerGens) sync(ctx context.Context) error {
 	active, claimed := "", ""
 	var recErr error
 	if a != nil {
-		if rec, err := record.Lookup(s.m.bundle, a); err != nil {
+		if rec, err := record.Lookup(record.StoreGetter(s.m.opts.Bundles.GetStore()), a); err != nil {
 			recErr = err
 		} else {
 			for _, g := range a.Spec.Generations {

@@ -39,6 +39,7 @@ import (
 	"github.com/keyward/keyward/internal/httpserve"
 	"github.com/keyward/keyward/kubeclient"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	phaserecord "github.com/keyward/keyward/kubeclient/authority/record"
 	"github.com/keyward/keyward/signer"
 	"github.com/keyward/keyward/signer/generations"
 	"github.com/keyward/keyward/signer/issuer"
@@ -129,7 +130,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	inf := authclient.NewInformer(auths, 0)
-	bundles := generations.NewBundleInformer(client, 0)
+	bundles := phaserecord.NewInformer(client, 0)
 	gens, err := generations.New(generations.Options{
 		Writer: auths, Informer: inf, Bundles: bundles,
 		Signers: []generations.Policy{{Name: cfg.SignerName, MaxLifetime: cfg.TokenLifetime.Duration}},

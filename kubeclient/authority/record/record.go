@@ -16,12 +16,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Annotation holds a Record (JSON) on each ClusterTrustBundle the trust
@@ -148,6 +152,26 @@ func Decode(b *certv1.ClusterTrustBundle, a *v1alpha1.Authority) (*Record, error
 // Getter reads a ClusterTrustBundle by name from a cache (nil, nil when
 // absent).
 type Getter func(name string) (*certv1.ClusterTrustBundle, error)
+
+// StoreGetter is the Getter of an informer's store of ClusterTrustBundles.
+func StoreGetter(store cache.Store) Getter {
+	return func(name string) (*certv1.ClusterTrustBundle, error) {
+		obj, ok, err := store.GetByKey(name)
+		if err != nil || !ok {
+			return nil, err
+		}
+		b, _ := obj.(*certv1.ClusterTrustBundle)
+		return b, nil
+	}
+}
+
+// NewInformer is a ClusterTrustBundle informer over the bundles the trust
+// publisher writes (ManagedByLabel), where its records are.
+func NewInformer(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+	return informers.NewSharedInformerFactoryWithOptions(c, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedByLabel + "=" + ManagedByValue }),
+	).Certificates().V1().ClusterTrustBundles().Informer()
+}
 
 // Lookup returns the trust publisher's newest record for a, read from its
 // canary and live bundles. With no bundle at all it is an empty record
