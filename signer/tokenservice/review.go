@@ -237,16 +237,7 @@ func (r *KubeReviewer) Review(ctx context.Context, token string, req ReviewReque
 	if claims.verified && claims.node != "" {
 		client = "node " + claims.node
 	}
-	now := r.o.Clock.Now()
 	r.mu.Lock()
-	if c, ok := r.cache[key]; ok {
-		if now.Before(c.until) {
-			r.mu.Unlock()
-			r.o.Metrics.cacheHit()
-			return c.review, nil
-		}
-		delete(r.cache, key)
-	}
 	f := r.flights[key]
 	if f == nil && len(r.flights) >= r.o.MaxConcurrentReviews {
 		r.mu.Unlock()
@@ -310,7 +301,11 @@ func (r *KubeReviewer) cached(key [32]byte) *Review {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, ok := r.cache[key]
-	if !ok || !now.Before(c.until) {
+	if !ok {
+		return nil
+	}
+	if !now.Before(c.until) {
+		delete(r.cache, key)
 		return nil
 	}
 	r.o.Metrics.cacheHit()
