@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
 	"github.com/keyward/keyward/testsupport/controlplane"
+	authzv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -351,5 +354,64 @@ func waitNodeAddress(t *testing.T, ctx context.Context, name, ip string) {
 	})
 	if err != nil {
 		t.Fatalf("Node %s never showed address %s untainted: %v", name, ip, err)
+	}
+}
+
+// A newcomer's approver RBAC without list/watch on nodes: kubelet client
+// CSRs are still approved (they need no Node), while a serving CSR waits
+// undecided instead of being decided on an empty Node cache. Once the
+// grant is back, the serving CSR is decided.
+func TestApproverWithoutNodesGrantStillApprovesClientCSRs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	installApproverRBAC(t, ctx)
+	t.Cleanup(func() { installApproverRBAC(t, context.Background()) })
+	admin := cp.AdminClient()
+	role, err := admin.RbacV1().ClusterRoles().Get(ctx, "keyward-approver", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []rbacv1.PolicyRule
+	for _, r := range role.Rules {
+		if !slices.Contains(r.Resources, "nodes") {
+			kept = append(kept, r)
+		}
+	}
+	role.Rules = kept
+	if _, err := admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cp.ServiceAccountConfig(signerNamespace, approverServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDenied(t, ctx, cfg, authzv1.ResourceAttributes{Resource: "nodes", Verb: "list"})
+
+	letNodesRequest(t, ctx)
+	bindClusterRole(t, ctx, "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", groupSubject("system:nodes"))
+	node := addressNode(t, ctx, "nogrant")
+	writeAddresses(t, ctx, admin, node, "", addr(corev1.NodeInternalIP, "10.64.0.5"))
+	startApprover(t, `- name: kubernetes.io/kube-apiserver-client-kubelet
+  profile: kubeAPIServerClientKubelet
+- name: kubernetes.io/kubelet-serving
+  profile: kubeletServing
+  approval: {allowedIPRanges: [10.64.0.0/16]}
+`)
+	serving := createTestCSR(t, ctx, nodeClient(t, node), certv1.KubeletServingSignerName, servingRequest(t, node, []string{node}, []string{"10.64.0.5"}), servingUsages)
+	client := createTestCSR(t, ctx, nodeClient(t, node), certv1.KubeAPIServerClientKubeletSignerName,
+		pemCSR(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}), clientUsages)
+	if cond := waitDecided(t, ctx, client.Name); cond.Type != certv1.CertificateApproved {
+		t.Fatalf("kubelet client CSR without the approver's nodes grant: %s %s: %s, want Approved", cond.Type, cond.Reason, cond.Message)
+	}
+	got, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, serving.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Conditions) != 0 {
+		t.Fatalf("a serving CSR was decided on an unsynced Node cache: %+v", got.Status.Conditions)
+	}
+	installApproverRBAC(t, ctx)
+	if cond := waitDecided(t, ctx, serving.Name); cond.Type != certv1.CertificateApproved {
+		t.Fatalf("serving CSR once the grant is back: %s %s: %s, want Approved", cond.Type, cond.Reason, cond.Message)
 	}
 }

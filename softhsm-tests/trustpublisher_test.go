@@ -616,14 +616,26 @@ func grant(t *testing.T, ctx context.Context, name, user string, rules []rbacv1.
 // attrs (it learns of new bindings through an informer).
 func waitAllowed(t *testing.T, ctx context.Context, cfg *rest.Config, attrs authzv1.ResourceAttributes) {
 	t.Helper()
+	waitAuthorized(t, ctx, cfg, attrs, true)
+}
+
+// waitDenied waits until the authorizer no longer grants attrs (a grant
+// taken away).
+func waitDenied(t *testing.T, ctx context.Context, cfg *rest.Config, attrs authzv1.ResourceAttributes) {
+	t.Helper()
+	waitAuthorized(t, ctx, cfg, attrs, false)
+}
+
+func waitAuthorized(t *testing.T, ctx context.Context, cfg *rest.Config, attrs authzv1.ResourceAttributes, want bool) {
+	t.Helper()
 	cs := clientFor(t, cfg, nil)
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
 			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
-		return err == nil && r.Status.Allowed, nil
+		return err == nil && r.Status.Allowed == want, nil
 	})
 	if err != nil {
-		t.Fatalf("waiting for a grant of %+v: %v", attrs, err)
+		t.Fatalf("waiting for %+v to be allowed=%v: %v", attrs, want, err)
 	}
 }
 

@@ -273,10 +273,16 @@ func (c *Controller) Run(ctx context.Context) error {
 		// need no Node, and a missing nodes grant must not stop them.
 		// A decision that reads Nodes waits in getNode instead.
 		if err := c.nodeInformer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			if apierrors.IsForbidden(err) && c.tellOnce("forbidden/nodes") {
-				klog.FromContext(ctx).Error(err, "The apiserver refused the approver's Node list: kubelet serving and nodeBound CSRs wait until its identity may list and watch nodes (keyward deploy rbac --approver; deploy/kustomize/base/rbac.yaml); kubelet client CSRs are decided meanwhile")
+			if !apierrors.IsForbidden(err) {
+				cache.DefaultWatchErrorHandler(ctx, r, err)
+				return
 			}
-			cache.DefaultWatchErrorHandler(ctx, r, err)
+			// Said once here, not by client-go at every retry.
+			if c.tellOnce("forbidden/nodes") {
+				klog.FromContext(ctx).Error(err, "The apiserver refused the approver's Node list: kubelet serving and nodeBound CSRs wait until its identity may list and watch nodes (keyward deploy rbac --approver; deploy/kustomize/base/rbac.yaml); kubelet client CSRs are decided meanwhile")
+			} else {
+				klog.FromContext(ctx).V(2).Info("Node list still refused", "err", err.Error())
+			}
 		}); err != nil {
 			return fmt.Errorf("handling the Node informer's watch errors: %w", err)
 		}
