@@ -9,18 +9,29 @@
 # build cache already holds are not compiled again, so a warm build ends below M
 # (kube-controller-manager shares most of its packages with kube-apiserver).
 #
-#   hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager]
+# The binaries report the pinned version (kubelet writes it into its Node's
+# status, and `kubelet --version` says it), through the same -X flags as
+# Kubernetes' own release build.
+#
+#   hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kubelet]
 set -euo pipefail
-out=${1:?usage: hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager]}
+usage="usage: hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kubelet]"
+out=${1:?$usage}
 name=${2:-kube-apiserver}
 case $name in
-  kube-apiserver|kube-controller-manager) ;;
-  *) echo "hack/build-apiserver.sh: COMPONENT is $name, want kube-apiserver or kube-controller-manager (the ones hack/tools/tools.go pins)" >&2; exit 2 ;;
+  kube-apiserver|kube-controller-manager|kubelet) ;;
+  *) echo "hack/build-apiserver.sh: COMPONENT is $name, want kube-apiserver, kube-controller-manager or kubelet (the ones hack/tools/tools.go pins)" >&2; exit 2 ;;
 esac
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 cd "$(dirname "$0")/tools"
 GO=${GO:-go}
 pkg=k8s.io/kubernetes/cmd/$name
+version=$("$GO" list -m -f '{{.Version}}' k8s.io/kubernetes)
+minor=${version#v1.}; minor=${minor%%.*}
+ldflags=""
+for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+done
 interval=${KEYWARD_PROGRESS_INTERVAL:-15}
 
 start=$SECONDS
@@ -30,7 +41,7 @@ echo "$name: compiling up to $total packages ($((SECONDS - start))s so far)"
 
 log=$(mktemp)
 trap 'rm -f "$log" "$out.tmp"' EXIT
-"$GO" build -v -o "$out.tmp" "$pkg" 2>"$log" &
+"$GO" build -v -ldflags "$ldflags" -o "$out.tmp" "$pkg" 2>"$log" &
 pid=$!
 last=$SECONDS
 while kill -0 "$pid" 2>/dev/null; do
