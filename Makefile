@@ -5,6 +5,13 @@ CACHE_DIR      ?= $(or $(KEYWARD_CACHE_DIR),$(HOME)/.cache/keyward)
 CP_DIR         := $(CACHE_DIR)/controlplane/$(KUBE_VERSION)
 KUBE_APISERVER := $(CP_DIR)/kube-apiserver
 KUBE_CONTROLLER_MANAGER := $(CP_DIR)/kube-controller-manager
+# The real node (node-tests): kubelet from hack/tools' Kubernetes pin, and
+# containerd + runc from hack/node's pins; these versions must match those
+# go.mod files (testsupport/node's tests check).
+CONTAINERD_VERSION := v2.4.2
+RUNC_VERSION       := v1.5.2
+KUBELET            := $(CACHE_DIR)/node/kubelet-$(KUBE_VERSION)/kubelet
+RUNTIME_DIR        := $(CACHE_DIR)/node/containerd-$(CONTAINERD_VERSION)-runc-$(RUNC_VERSION)
 GO             ?= go
 SHELL          := /bin/bash
 .SHELLFLAGS    := -o pipefail -c
@@ -23,7 +30,7 @@ export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 export KEYWARD_HELM      := $(CURDIR)/bin/helm
 export KEYWARD_KUSTOMIZE := $(CURDIR)/bin/kustomize
 
-.PHONY: help build registry test test-unit test-e2e lint demo deps controlplane controller-manager clean generate verify-generate
+.PHONY: help build registry test test-unit test-e2e test-node lint demo deps controlplane controller-manager node clean generate verify-generate
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -34,7 +41,7 @@ build: ## build bin/keyward
 registry: ## build bin/registry (CNCF Distribution's registry, token auth, local storage) for the demo
 	$(GO) build -o bin/registry ./hack/registry
 
-test: deps tools controlplane ## all tests: unit tests and softhsm-tests against a real kube-apiserver + etcd + SoftHSM2
+test: deps tools controlplane node ## all tests: unit tests, softhsm-tests (real kube-apiserver + etcd + SoftHSM2) and node-tests (a real kubelet + containerd node; root)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-unit: tools ## tests that need no control plane
@@ -42,6 +49,9 @@ test-unit: tools ## tests that need no control plane
 
 test-e2e: deps controlplane ## only softhsm-tests (verbose)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./softhsm-tests/...
+
+test-node: deps controlplane node ## only node-tests (verbose): keyward with a real kubelet + containerd + runc in private namespaces; root
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./node-tests/...
 
 lint: verify-generate ## gofmt, go vet, import rules (importrules.yaml files, hack/importcheck), and generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -137,6 +147,20 @@ $(KUBE_APISERVER):
 	@echo "building kube-apiserver $(KUBE_VERSION) into $(CP_DIR) (5 to 10 minutes cold; progress every 15s)"
 	@mkdir -p $(CP_DIR)
 	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_APISERVER)
+
+node: $(KUBELET) $(RUNTIME_DIR)/runc ## build kubelet $(KUBE_VERSION), containerd $(CONTAINERD_VERSION) and runc $(RUNC_VERSION) into the cache (once per version)
+
+# kubelet comes from hack/tools like kube-apiserver (minutes cold, most
+# packages shared); containerd, its shim, ctr and runc from hack/node. runc
+# is built last, so its presence says the runtime set is whole.
+$(KUBELET):
+	@echo "building kubelet $(KUBE_VERSION) into $(dir $@) (minutes cold; progress every 15s)"
+	@mkdir -p $(dir $@)
+	@GO=$(GO) ./hack/build-apiserver.sh $@ kubelet
+
+$(RUNTIME_DIR)/runc:
+	@echo "building containerd $(CONTAINERD_VERSION) and runc $(RUNC_VERSION) into $(RUNTIME_DIR) (about 6 minutes cold)"
+	@GO=$(GO) ./hack/build-node.sh $(RUNTIME_DIR)
 
 controller-manager: $(KUBE_CONTROLLER_MANAGER) ## build kube-controller-manager $(KUBE_VERSION) into the cache, the peer of BenchmarkCSRSigning
 

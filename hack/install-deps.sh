@@ -11,8 +11,13 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v softhsm2-util >/dev/null 2>&1 || need+=(softhsm2)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# The real node (node-tests, make node): runc links libseccomp through
+# pkg-config; the node lives in a network namespace set up with ip.
+dpkg -s libseccomp-dev >/dev/null 2>&1 || need+=(libseccomp-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "deps: etcd, softhsm2, gcc and openssl already installed"
+  echo "deps: etcd, softhsm2, gcc, openssl, libseccomp-dev, pkg-config and iproute2 already installed"
   exit 0
 fi
 SUDO=

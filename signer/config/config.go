@@ -226,8 +226,11 @@ type Signer struct {
 	// AllowedKeyTypes are the subject key types issued; others are Denied
 	// with UnsupportedKeyType. Default: every type the apiserver accepts.
 	AllowedKeyTypes []string `json:"allowedKeyTypes,omitempty"`
-	// MaxLifetime caps a certificate's lifetime (default 24h; at least 1h,
-	// the apiserver's minimum).
+	// MaxLifetime caps a certificate's lifetime (default 24h). At least 1h
+	// for PodCertificateRequest profiles, the apiserver's minimum there;
+	// at least 2m for CertificateSigningRequest profiles, whose certificates
+	// the apiserver takes at any length (kubelet rotates its own at 70-90%
+	// of theirs, so minutes show a rotation in a test).
 	MaxLifetime metav1.Duration `json:"maxLifetime,omitempty"`
 	// RefreshPoint is when kubelet should refresh, as a fraction of the
 	// lifetime (default 0.5), clamped to [notBefore+10m, notAfter−10m].
@@ -379,6 +382,7 @@ const (
 	DefaultMaxLifetime  = 24 * time.Hour
 	DefaultDNSNamesKey  = "keyward.dev/dns-names"
 	MinLifetime         = time.Hour
+	MinCSRLifetime      = 2 * time.Minute
 	MaxBackdate         = 5 * time.Minute
 )
 
@@ -596,8 +600,12 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(p.Child("allowedKeyTypes").Index(j), kt, apiserverKeyTypes))
 		}
 	}
-	if s.MaxLifetime.Duration < MinLifetime {
-		errs = append(errs, field.Invalid(p.Child("maxLifetime"), s.MaxLifetime.Duration.String(), "must be at least 1h (the apiserver refuses shorter certificates)"))
+	if IsCSRProfile(s.Profile) {
+		if s.MaxLifetime.Duration < MinCSRLifetime {
+			errs = append(errs, field.Invalid(p.Child("maxLifetime"), s.MaxLifetime.Duration.String(), "must be at least 2m for a CertificateSigningRequest profile"))
+		}
+	} else if s.MaxLifetime.Duration < MinLifetime {
+		errs = append(errs, field.Invalid(p.Child("maxLifetime"), s.MaxLifetime.Duration.String(), "must be at least 1h (the apiserver refuses PodCertificateRequest certificates shorter than 1h)"))
 	}
 	if r := *s.RefreshPoint; !(r > 0 && r < 1) {
 		errs = append(errs, field.Invalid(p.Child("refreshPoint"), r, "must be a fraction of the lifetime, in (0, 1)"))

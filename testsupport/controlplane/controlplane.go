@@ -38,6 +38,11 @@ type Options struct {
 	// StartTimeout bounds the wait for both processes to be ready
 	// (default 90s).
 	StartTimeout time.Duration
+	// KubeletClient gives kube-apiserver a client certificate for kubelets
+	// (user kube-apiserver-kubelet-client in system:masters, which kubelet's
+	// webhook authorization allows) and makes it dial a Node's InternalIP,
+	// so that logs and exec reach a real kubelet (testsupport/node).
+	KubeletClient bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair.
@@ -178,6 +183,21 @@ func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp 
 		"--profiling=false",
 		"--v=1",
 	}
+	if opts.KubeletClient {
+		kc, err := cp.pki.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil)
+		if err != nil {
+			return cp, err
+		}
+		for name, data := range map[string][]byte{"kubelet-client.crt": kc.CertPEM, "kubelet-client.key": kc.KeyPEM} {
+			if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+				return cp, err
+			}
+		}
+		args = append(args,
+			"--kubelet-client-certificate="+filepath.Join(certDir, "kubelet-client.crt"),
+			"--kubelet-client-key="+filepath.Join(certDir, "kubelet-client.key"),
+			"--kubelet-preferred-address-types=InternalIP")
+	}
 	args = append(args, opts.ExtraAPIServerFlags...)
 	cp.apiserver, err = startProcess("kube-apiserver", apiserverBin, args, filepath.Join(dir, "kube-apiserver.log"))
 	if err != nil {
@@ -290,6 +310,11 @@ func (cp *ControlPlane) restConfig(kp keyPair) *rest.Config {
 		Burst: 2000,
 	}
 }
+
+// CAFile is the path of the control plane's CA certificate: it signed the
+// apiserver's serving certificate and every client certificate the control
+// plane issues, and kube-apiserver's --client-ca-file names it.
+func (cp *ControlPlane) CAFile() string { return filepath.Join(cp.Dir, "pki", "ca.crt") }
 
 // AdminConfig is a client config for a system:masters user.
 func (cp *ControlPlane) AdminConfig() *rest.Config { return rest.CopyConfig(cp.admin) }

@@ -37,7 +37,7 @@ func (p *process) restart(grace time.Duration) (*process, error) {
 	return runProcess(p.name, p.bin, p.args, p.logPath, os.O_APPEND)
 }
 
-func runProcess(name, bin string, args []string, logPath string, mode int) (*process, error) {
+func runProcess(name, bin string, args []string, logPath string, mode int, extraEnv ...string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|mode, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s log: %w", name, err)
@@ -45,7 +45,7 @@ func runProcess(name, bin string, args []string, logPath string, mode int) (*pro
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), extraEnv...)
 	// Own process group so that stop signals every descendant; Pdeathsig so
 	// that the child dies with us even when this process is killed outright.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,313 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Environment variables the re-executed test binary reads.
+const (
+	envInside  = "KEYWARD_NODE_NAMESPACES" // set in the child: its work directory
+	envNodeIP  = "KEYWARD_NODE_IP"
+	cgroupBase = "/sys/fs/cgroup"
+)
+
+// DefaultNodeIP is the node's address: a /32 on the loopback device of the
+// private network namespace, so kubelet has a non-loopback InternalIP that
+// no packet can leave the machine by.
+const DefaultNodeIP = "10.213.0.2"
+
+// HostPaths are the places outside their configured directories where
+// kubelet, containerd and the shims write. Inside the private mount
+// namespace a tmpfs covers each top folder below; the host check proves
+// that none of these appeared on the host.
+var HostPaths = []string{
+	"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd",
+	"/var/run/containerd", "/var/lib/cni", "/etc/cni", "/opt/cni", "/usr/libexec/kubernetes",
+	"/var/lib/containerd", "/run/nri", "/var/run/nri", "/opt/containerd",
+}
+
+// tmpfsOver are mounted over in the private mount namespace: every host path
+// above lies below one of them (or /etc/cni, which only a misconfigured
+// containerd writes and the host check catches).
+var tmpfsOver = []string{"/var/lib", "/var/log", "/run", "/usr/libexec", "/opt"}
+
+// Inside reports whether this process is the test binary re-executed in its
+// private namespaces by RunInPrivateNamespaces.
+func Inside() bool { return os.Getenv(envInside) != "" }
+
+// WorkDir is the work directory RunInPrivateNamespaces made for the child;
+// it is empty outside.
+func WorkDir() string { return os.Getenv(envInside) }
+
+// NodeIP is the node's address inside the private network namespace.
+func NodeIP() string {
+	if ip := os.Getenv(envNodeIP); ip != "" {
+		return ip
+	}
+	return DefaultNodeIP
+}
+
+// RunInPrivateNamespaces re-executes the running test binary with the same
+// arguments as PID 1 of new mount, network and PID namespaces, and returns
+// its exit code. When that child ends, the kernel kills whatever it left
+// running in its PID namespace and drops its mounts and network namespace;
+// this function then checks the host for anything else (cgroups, host
+// paths, processes, the work directory) and returns 1 with a message naming
+// each leftover. It needs root (CAP_SYS_ADMIN).
+func RunInPrivateNamespaces() int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "node-tests: the real node needs root (private mount, network and PID namespaces, cgroups, overlay mounts); run as root (CI does)")
+		return 1
+	}
+	// A run killed before its own clean-up leaves its cgroups: sweep them
+	// (their processes died with that run's PID namespace).
+	if stale, _ := nodeCgroups(hostRoots{}); len(stale) > 0 {
+		for _, c := range stale {
+			if err := RemoveCgroupTree(c); err != nil {
+				fmt.Fprintf(os.Stderr, "node-tests: a killed run left cgroup %s and it cannot be removed: %v\n", c, err)
+				return 1
+			}
+		}
+		fmt.Fprintf(os.Stderr, "node-tests: removed %d cgroups a killed earlier run left\n", len(stale))
+	}
+	before, err := snapshotHost(hostRoots{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "node-tests: reading the host's state: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "keyward-node-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "node-tests: %v\n", err)
+		return 1
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "node-tests: %v\n", err)
+		return 1
+	}
+	cmd := exec.Command(exe, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), envInside+"="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	code := 0
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			fmt.Fprintf(os.Stderr, "node-tests: running in private namespaces: %v\n", err)
+			return 1
+		}
+		code = ee.ExitCode()
+		if code < 0 {
+			code = 1
+		}
+	}
+	if left := checkHost(hostRoots{}, before, dir); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "node-tests: the node left things behind on the host:\n  %s\n", strings.Join(left, "\n  "))
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "node-tests: host clean after the node (no processes, cgroups, mounts, host paths or work directory left)\n")
+	return code
+}
+
+// SetUpNamespaces prepares the child's namespaces, as PID 1 of them: mounts
+// private, a fresh /proc for the new PID namespace, tmpfs over the host
+// folders kubelet and containerd write, loopback up with the node's address.
+func SetUpNamespaces() error {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc for the new PID namespace: %w", err)
+	}
+	for _, d := range tmpfsOver {
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		if err := syscall.Mount("tmpfs", d, "tmpfs", 0, "mode=755"); err != nil {
+			return fmt.Errorf("mounting tmpfs over %s: %w", d, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"addr", "add", NodeIP() + "/32", "dev", "lo"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s (make deps installs iproute2)", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// hostRoots lets the leftover check run against a test tree; zero values
+// are the real host.
+type hostRoots struct {
+	proc, cgroup, prefix string
+}
+
+func (r hostRoots) procDir() string {
+	if r.proc != "" {
+		return r.proc
+	}
+	return "/proc"
+}
+
+func (r hostRoots) cgroupDir() string {
+	if r.cgroup != "" {
+		return r.cgroup
+	}
+	return cgroupBase
+}
+
+// hostState is what the check compares: which host paths existed and which
+// cgroups named like the node's existed before the node ran.
+type hostState struct {
+	paths   map[string]bool
+	cgroups map[string]bool
+}
+
+func snapshotHost(r hostRoots) (hostState, error) {
+	s := hostState{paths: map[string]bool{}, cgroups: map[string]bool{}}
+	for _, p := range HostPaths {
+		if _, err := os.Lstat(r.prefix + p); err == nil {
+			s.paths[p] = true
+		}
+	}
+	cgs, err := nodeCgroups(r)
+	if err != nil {
+		return s, err
+	}
+	for _, c := range cgs {
+		s.cgroups[c] = true
+	}
+	return s, nil
+}
+
+// nodeCgroups lists the cgroups the node makes (CgroupRootPrefix*) in every
+// hierarchy.
+func nodeCgroups(r hostRoots) ([]string, error) {
+	var out []string
+	hier, err := os.ReadDir(r.cgroupDir())
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hier {
+		entries, err := os.ReadDir(filepath.Join(r.cgroupDir(), h.Name()))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), CgroupRootPrefix) {
+				out = append(out, filepath.Join(r.cgroupDir(), h.Name(), e.Name()))
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkHost names everything the node left on the host: a process whose
+// command line, working directory or environment mentions the work
+// directory, a node cgroup that was not there before, a host path that
+// appeared, or the work directory itself.
+func checkHost(r hostRoots, before hostState, workDir string) []string {
+	var left []string
+	// Processes: the PID namespace's end kills its members; anything
+	// else that names the work directory escaped it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left = left[:0]
+		procs, _ := os.ReadDir(r.procDir())
+		for _, p := range procs {
+			pid := p.Name()
+			if pid == "" || pid[0] < '0' || pid[0] > '9' || pid == fmt.Sprint(os.Getpid()) {
+				continue
+			}
+			if mentions(filepath.Join(r.procDir(), pid), workDir) {
+				cmdline, _ := os.ReadFile(filepath.Join(r.procDir(), pid, "cmdline"))
+				left = append(left, fmt.Sprintf("process %s still running: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cgs, err := nodeCgroups(r)
+	if err != nil {
+		left = append(left, "cannot list cgroups: "+err.Error())
+	}
+	for _, c := range cgs {
+		if !before.cgroups[c] {
+			left = append(left, "cgroup "+c)
+			_ = RemoveCgroupTree(c) // reported, and gone for the next run
+		}
+	}
+	for _, p := range HostPaths {
+		if before.paths[p] {
+			continue
+		}
+		if _, err := os.Lstat(r.prefix + p); err == nil {
+			left = append(left, "host path "+p+" (absent before the node ran)")
+		}
+	}
+	if workDir != "" {
+		if _, err := os.Lstat(workDir); err == nil {
+			left = append(left, "work directory "+workDir)
+			_ = os.RemoveAll(workDir)
+		}
+	}
+	return left
+}
+
+// mentions reports whether the process at procPath names dir in its
+// command line, working directory or environment.
+func mentions(procPath, dir string) bool {
+	if dir == "" {
+		return false
+	}
+	for _, f := range []string{"cmdline", "environ"} {
+		if b, err := os.ReadFile(filepath.Join(procPath, f)); err == nil && strings.Contains(string(b), dir) {
+			return true
+		}
+	}
+	if cwd, err := os.Readlink(filepath.Join(procPath, "cwd")); err == nil && strings.HasPrefix(cwd, dir) {
+		return true
+	}
+	return false
+}
+
+// RemoveCgroupTree removes the cgroup directory dir and every cgroup below
+// it, deepest first. The cgroups must hold no processes.
+func RemoveCgroupTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := RemoveCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	var err2 error
+	for i := 0; i < 50; i++ { // a cgroup whose last process just died can be busy for a moment
+		if err2 = syscall.Rmdir(dir); err2 == nil || errors.Is(err2, syscall.ENOENT) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("removing cgroup %s: %w", dir, err2)
+}
