@@ -365,10 +365,12 @@ func (e *clusterEnv) waitNodeServing(ctx context.Context) error {
 // ran is left in this PID namespace.
 func (e *clusterEnv) tearDown() error {
 	var errs []error
+	began := time.Now()
 	if e.node != nil {
 		if err := e.node.Stop(); err != nil {
 			errs = append(errs, err)
 		}
+		fmt.Fprintf(os.Stderr, "node-tests: node stopped (%s)\n", time.Since(began).Round(time.Millisecond))
 	}
 	for _, p := range []*controlplane.Process{e.signer, e.approver} {
 		if p != nil {

@@ -351,43 +351,41 @@ func (n *Node) KubeletExited() error {
 	return nil
 }
 
-// Stop stops kubelet, removes every pod sandbox and container (so that the
-// shims and container processes end), stops containerd, unmounts and
-// removes the node's cgroups and work directory. It returns an error naming
+// Stop stops kubelet and containerd, kills the containers and their shims,
+// unmounts and removes the node's cgroups and work directory. It returns an error naming
 // whatever it could not remove.
 func (n *Node) Stop() error {
 	var errs []error
+	began := time.Now()
+	phase := func(what string) {
+		if os.Getenv("KEYWARD_NODE_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "node: %s after %s\n", what, time.Since(began).Round(time.Millisecond))
+		}
+	}
 	if n.kubelet != nil {
 		n.kubelet.Stop(10 * time.Second)
 	}
-	if n.containerd != nil && !n.containerd.Exited() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		// Tasks first (their shims exit with them), then containerd.
-		if out, err := n.Ctr(ctx, "tasks", "ls", "-q"); err == nil {
-			for _, id := range strings.Fields(string(out)) {
-				_, _ = n.Ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
-				for i := 0; i < 50; i++ {
-					if _, err := n.Ctr(ctx, "tasks", "delete", id); err == nil {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-		}
-		cancel()
+	phase("kubelet stopped")
+	// containerd leaves its shims and their containers running when it
+	// stops (by design, for upgrades): they go through the node's cgroups
+	// and the shims' command lines below.
+	if n.containerd != nil {
 		n.containerd.Stop(10 * time.Second)
 	}
+	phase("containerd stopped")
 	// Whatever still runs in the node's cgroups (a container whose shim
 	// died) is killed through them.
 	for _, c := range n.cgroups {
 		killCgroupTree(c)
 	}
 	killShims(n.socket)
+	phase("processes killed")
 	for _, c := range n.cgroups {
 		if err := RemoveCgroupTree(c); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	phase("cgroups removed")
 	// kubelet's volume mounts (projected volumes are tmpfs) and
 	// containerd's, deepest first, then the node's own.
 	for _, m := range mountsUnder(n.Dir) {

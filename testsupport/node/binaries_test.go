@@ -1,0 +1,33 @@
+package node
+
+import (
+	"os"
+	"regexp"
+	"testing"
+)
+
+// The versions FindBinaries looks for are the ones `make node` builds
+// (Makefile) from the pins in hack/node/go.mod.
+func TestPinsMatchTheMakefile(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("../../hack/node/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ makeVar, module, want string }{
+		{"CONTAINERD_VERSION", "github.com/containerd/containerd/v2", ContainerdVersion},
+		{"RUNC_VERSION", "github.com/opencontainers/runc", RuncVersion},
+	} {
+		m := regexp.MustCompile(`(?m)^` + c.makeVar + `\s*:=\s*(\S+)`).FindSubmatch(mk)
+		if m == nil || string(m[1]) != c.want {
+			t.Errorf("Makefile %s = %q, testsupport/node wants %s", c.makeVar, m, c.want)
+		}
+		p := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(c.module) + `\s+(\S+)`).FindSubmatch(mod)
+		if p == nil || string(p[1]) != c.want {
+			t.Errorf("hack/node/go.mod pins %s at %q, testsupport/node wants %s", c.module, p, c.want)
+		}
+	}
+}
