@@ -31,6 +31,10 @@ import (
 	"github.com/keyward/keyward/testsupport/controlplane"
 )
 
+// EnvKeepLogs names a directory that receives kubelet.log and
+// containerd.log when the node stops (the work directory goes).
+const EnvKeepLogs = "KEYWARD_NODE_LOGS"
+
 // CgroupRootPrefix starts the name of the cgroup every hierarchy gets for
 // the node's pods (kubelet's cgroupRoot).
 const CgroupRootPrefix = "keyward-node-"
@@ -386,6 +390,14 @@ func (n *Node) Stop() error {
 		}
 	}
 	phase("cgroups removed")
+	if keep := os.Getenv(EnvKeepLogs); keep != "" {
+		_ = os.MkdirAll(keep, 0o755)
+		for _, f := range []string{n.KubeletLog, n.ContainerdLog} {
+			if b, err := os.ReadFile(f); err == nil {
+				_ = os.WriteFile(filepath.Join(keep, filepath.Base(f)), b, 0o644)
+			}
+		}
+	}
 	// kubelet's volume mounts (projected volumes are tmpfs) and
 	// containerd's, deepest first, then the node's own.
 	for _, m := range mountsUnder(n.Dir) {
