@@ -17,6 +17,7 @@ import (
 	"time"
 
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/testsupport/controlplane"
 	"github.com/keyward/keyward/testsupport/node"
 	"github.com/keyward/keyward/testsupport/nodeimages"
@@ -39,8 +40,10 @@ const (
 	podIdentity      = "keyward.dev/pod-identity"
 	spiffeSigner     = "keyward.dev/spiffe"
 	serverSigner     = "keyward.dev/server"
-	kubeletClient    = "kubernetes.io/kube-apiserver-client-kubelet"
-	kubeletServing   = "kubernetes.io/kubelet-serving"
+	// meshSigner is rotated by TestCARotationUnderLiveMTLS.
+	meshSigner     = "keyward.dev/mesh"
+	kubeletClient  = "kubernetes.io/kube-apiserver-client-kubelet"
+	kubeletServing = "kubernetes.io/kubelet-serving"
 	// kubeletCertLifetime is short so that the run sees kubelet rotate
 	// both certificates (at 70–90% of their life).
 	kubeletCertLifetime = 3 * time.Minute
@@ -56,13 +59,16 @@ kubeClient: {kubeconfig: %q}
 metricsAddress: 127.0.0.1:0
 healthAddress: 127.0.0.1:0
 leaderElection: {namespace: keyward, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}
-trustPublisher: {enabled: true}
+trustPublisher: {enabled: true, kubeletSyncFrequency: 10s}
 signers:
 - name: keyward.dev/pod-identity
   profile: podIdentity
 - name: keyward.dev/spiffe
   profile: spiffe
   spiffe: {trustDomain: cluster.local}
+- name: keyward.dev/mesh
+  profile: spiffe
+  spiffe: {trustDomain: mesh.local}
 - name: keyward.dev/server
   profile: server
   unverifiedUserAnnotations: [keyward.dev/dns-names]
@@ -162,7 +168,17 @@ func setUp(ctx context.Context, c *controlplane.ControlPlane, kubeletCAFile stri
 	if e.authorities, err = controlplane.InstallAuthorityCRD(ctx, c.AdminConfig()); err != nil {
 		return e, err
 	}
-	for _, s := range []string{podIdentity, spiffeSigner, serverSigner, kubeletClient, kubeletServing} {
+	// The rotated signer's Authority, made before keyward ca init as an
+	// operator's manifest would, with gates short enough for a test.
+	if _, err := e.authorities.Create(ctx, &v1alpha1.Authority{
+		ObjectMeta: metav1.ObjectMeta{Name: authorityOf(meshSigner)},
+		Spec: v1alpha1.AuthoritySpec{SignerName: meshSigner, Gates: v1alpha1.Gates{
+			CanarySoak: &metav1.Duration{Duration: rotationSoak}, PropagationWindow: &metav1.Duration{Duration: rotationWindow},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		return e, err
+	}
+	for _, s := range []string{podIdentity, spiffeSigner, meshSigner, serverSigner, kubeletClient, kubeletServing} {
 		if e.roots[s], err = e.caInit(ctx, s, generation); err != nil {
 			return e, err
 		}
@@ -230,7 +246,7 @@ func (e *clusterEnv) run(ctx context.Context, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("keyward %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		return stdout.String(), fmt.Errorf("keyward %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
 }

@@ -53,6 +53,9 @@ type podSpec struct {
 	// sources are the projected volume's sources, mounted at credDir.
 	sources []corev1.VolumeProjection
 	restart corev1.RestartPolicy
+	// sidecar, when set, runs the workload with these arguments in a
+	// second container, "trust", with the same volume.
+	sidecar []string
 }
 
 // liveBundleByName projects signerName's live ClusterTrustBundle by name,
@@ -110,6 +113,11 @@ func createPod(t *testing.T, ctx context.Context, s podSpec) *corev1.Pod {
 			Volumes: []corev1.Volume{{Name: "keyward", VolumeSource: corev1.VolumeSource{
 				Projected: &corev1.ProjectedVolumeSource{Sources: s.sources}}}},
 		},
+	}
+	if s.sidecar != nil {
+		c := pod.Spec.Containers[0]
+		c.Name, c.Args = "trust", s.sidecar
+		pod.Spec.Containers = append(pod.Spec.Containers, c)
 	}
 	created, err := env.admin.CoreV1().Pods(s.namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
