@@ -40,8 +40,10 @@ const (
 	podIdentity      = "keyward.dev/pod-identity"
 	spiffeSigner     = "keyward.dev/spiffe"
 	serverSigner     = "keyward.dev/server"
-	// meshSigner is rotated by TestCARotationUnderLiveMTLS.
+	// meshSigner is rotated by TestCARotationUnderLiveMTLS, daemonSigner
+	// by TestNodeAgentThroughARotation.
 	meshSigner     = "keyward.dev/mesh"
+	daemonSigner   = "keyward.dev/node-daemons"
 	kubeletClient  = "kubernetes.io/kube-apiserver-client-kubelet"
 	kubeletServing = "kubernetes.io/kubelet-serving"
 	// kubeletCertLifetime is short so that the run sees kubelet rotate
@@ -73,6 +75,16 @@ signers:
   profile: server
   unverifiedUserAnnotations: [keyward.dev/dns-names]
   server: {allowedDNSNames: ["{serviceAccount}.{namespace}.svc"]}
+- name: keyward.dev/node-daemons
+  profile: csr
+  maxLifetime: 2m
+  csr:
+    trustDistribution: ClusterTrustBundle keyward.dev:node-daemons:live
+    uris: ["spiffe://cluster.local/node/*"]
+    keyUsages: ["digital signature", "client auth"]
+  approval:
+    groups: ["system:nodes"]
+    nodeBound: true
 - name: kubernetes.io/kube-apiserver-client-kubelet
   profile: kubeAPIServerClientKubelet
   maxLifetime: %s
@@ -170,15 +182,17 @@ func setUp(ctx context.Context, c *controlplane.ControlPlane, kubeletCAFile stri
 	}
 	// The rotated signer's Authority, made before keyward ca init as an
 	// operator's manifest would, with gates short enough for a test.
-	if _, err := e.authorities.Create(ctx, &v1alpha1.Authority{
-		ObjectMeta: metav1.ObjectMeta{Name: authorityOf(meshSigner)},
-		Spec: v1alpha1.AuthoritySpec{SignerName: meshSigner, Gates: v1alpha1.Gates{
-			CanarySoak: &metav1.Duration{Duration: rotationSoak}, PropagationWindow: &metav1.Duration{Duration: rotationWindow},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		return e, err
+	for _, s := range []string{meshSigner, daemonSigner} {
+		if _, err := e.authorities.Create(ctx, &v1alpha1.Authority{
+			ObjectMeta: metav1.ObjectMeta{Name: authorityOf(s)},
+			Spec: v1alpha1.AuthoritySpec{SignerName: s, Gates: v1alpha1.Gates{
+				CanarySoak: &metav1.Duration{Duration: rotationSoak}, PropagationWindow: &metav1.Duration{Duration: rotationWindow},
+			}},
+		}, metav1.CreateOptions{}); err != nil {
+			return e, err
+		}
 	}
-	for _, s := range []string{podIdentity, spiffeSigner, meshSigner, serverSigner, kubeletClient, kubeletServing} {
+	for _, s := range []string{podIdentity, spiffeSigner, meshSigner, serverSigner, daemonSigner, kubeletClient, kubeletServing} {
 		if e.roots[s], err = e.caInit(ctx, s, generation); err != nil {
 			return e, err
 		}

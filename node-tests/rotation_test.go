@@ -35,15 +35,20 @@ const (
 func trustStep(t *testing.T, ctx context.Context, verb, signer, gen string, extra ...string) {
 	t.Helper()
 	args := append([]string{"trust", verb, signer, gen, "--wait", "--timeout", "2m"}, extra...)
+	var refused error
 	for {
 		_, err := env.run(ctx, args...)
 		if err == nil {
 			return
 		}
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 3 || ctx.Err() != nil {
+		if ctx.Err() != nil && refused != nil {
+			t.Fatalf("%v; the last refusal: %v", ctx.Err(), refused)
+		}
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
 			t.Fatalf("%v", err)
 		}
+		refused = err
 		time.Sleep(time.Second)
 	}
 }
