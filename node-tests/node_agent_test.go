@@ -43,12 +43,12 @@ trust:
 
 // agentSample is what the files held at one moment.
 type agentSample struct {
-	at     time.Time
+	at       time.Time
 	issuer   string
 	serial   string
 	notAfter time.Time
-	roots  []string
-	err    error // the leaf did not verify against the trust file
+	roots    []string
+	err      error // the leaf did not verify against the trust file
 }
 
 // The node agent, run on the node as the node, keeps a node-daemon
