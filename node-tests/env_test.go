@@ -108,6 +108,7 @@ type clusterEnv struct {
 	roots       map[string]*x509.Certificate // signer name → its g1 root
 	signer      *controlplane.Process
 	approver    *controlplane.Process
+	registry    *registrySetup
 	node        *node.Node
 	nodeStart   time.Time
 }
@@ -222,6 +223,12 @@ func setUp(ctx context.Context, c *controlplane.ControlPlane, kubeletCAFile stri
 	}
 	done()
 
+	done = step("registry, token service and kubelet's credential provider configuration ready")
+	if e.registry, err = e.setUpRegistry(ctx); err != nil {
+		return e, err
+	}
+	done()
+
 	done = step("node joined with a bootstrap token: client and serving certificates from keyward")
 	bootstrapKC, err := e.bootstrapToken(ctx)
 	if err != nil {
@@ -229,14 +236,17 @@ func setUp(ctx context.Context, c *controlplane.ControlPlane, kubeletCAFile stri
 	}
 	e.nodeStart = time.Now()
 	e.node, err = node.Start(ctx, node.Options{
-		Dir:                 filepath.Join(e.dir, "node"),
-		Name:                nodeName,
-		BootstrapKubeconfig: bootstrapKC,
-		Kubeconfig:          filepath.Join(e.dir, "node", "kubelet.kubeconfig"),
-		ClientCAFile:        c.CAFile(),
-		ServerTLSBootstrap:  true,
-		SandboxImage:        e.images.PauseRef,
-		ImageArchives:       []string{e.images.PauseArchive, e.images.WorkloadArchive},
+		Dir:                      filepath.Join(e.dir, "node"),
+		Name:                     nodeName,
+		BootstrapKubeconfig:      bootstrapKC,
+		Kubeconfig:               filepath.Join(e.dir, "node", "kubelet.kubeconfig"),
+		ClientCAFile:             c.CAFile(),
+		ServerTLSBootstrap:       true,
+		SandboxImage:             e.images.PauseRef,
+		ImageArchives:            []string{e.images.PauseArchive, e.images.WorkloadArchive},
+		Registries:               e.registry.nodeRegistries(),
+		CredentialProviderConfig: e.registry.providerCfg,
+		CredentialProviderBinDir: e.registry.providerBin,
 		KubeletConfig: func(cfg map[string]any) {
 			// kubelet's own resync, which also paces projected volume
 			// refreshes; 1m by default.
@@ -286,10 +296,16 @@ func (e *clusterEnv) keyURI(object string) string {
 
 // caInit runs keyward ca init for signerName's generation gen, a key
 // created in the token, and returns the root it made.
-func (e *clusterEnv) caInit(ctx context.Context, signerName, gen string) (*x509.Certificate, error) {
+// leafMax, when set, is the longest leaf (--max-leaf-lifetime) for a signer
+// name the signer's configuration does not serve (the token service's).
+func (e *clusterEnv) caInit(ctx context.Context, signerName, gen string, leafMax ...string) (*x509.Certificate, error) {
 	object := strings.NewReplacer("/", "-", ".", "-").Replace(signerName) + "-" + gen
-	if _, err := e.run(ctx, "ca", "init", "--signer", signerName, "--generation", gen, "--key-uri", e.keyURI(object),
-		"--create-key", "--config", e.signerCfg, "--pkcs11-module", e.token.ModulePath, "--lifetime", "720h"); err != nil {
+	leaf := []string{"--config", e.signerCfg}
+	if len(leafMax) > 0 {
+		leaf = []string{"--max-leaf-lifetime", leafMax[0]}
+	}
+	if _, err := e.run(ctx, append([]string{"ca", "init", "--signer", signerName, "--generation", gen, "--key-uri", e.keyURI(object),
+		"--create-key", "--pkcs11-module", e.token.ModulePath, "--lifetime", "720h"}, leaf...)...); err != nil {
 		return nil, err
 	}
 	list, err := e.authorities.List(ctx, metav1.ListOptions{})
@@ -401,6 +417,9 @@ func (e *clusterEnv) tearDown() error {
 			errs = append(errs, err)
 		}
 		fmt.Fprintf(os.Stderr, "node-tests: node stopped (%s)\n", time.Since(began).Round(time.Millisecond))
+	}
+	if e.registry != nil {
+		e.registry.stop()
 	}
 	for _, p := range []*controlplane.Process{e.signer, e.approver} {
 		if p != nil {

@@ -66,9 +66,9 @@ type Options struct {
 	// ImageArchives are image tarballs imported into containerd's k8s.io
 	// namespace before kubelet starts.
 	ImageArchives []string
-	// RegistryCAs maps a registry host[:port] to the CA file containerd
-	// trusts for it.
-	RegistryCAs map[string]string
+	// Registries configure containerd's hosts directory: a registry
+	// host[:port] as image references name it.
+	Registries map[string]Registry
 	// CredentialProviderConfig and CredentialProviderBinDir are kubelet's
 	// --image-credential-provider-config and -bin-dir.
 	CredentialProviderConfig, CredentialProviderBinDir string
@@ -77,6 +77,15 @@ type Options struct {
 	KubeletConfig func(cfg map[string]any)
 	// Verbosity is kubelet's --v (default 2).
 	Verbosity int
+}
+
+// Registry is how containerd reaches one registry.
+type Registry struct {
+	// URL is the registry's endpoint, http:// or https://.
+	URL string
+	// CAFile, when set, is the CA containerd trusts on the connections of
+	// this host: the registry's, and its token realm's.
+	CAFile string
 }
 
 // Node is a running kubelet + containerd.
@@ -150,13 +159,15 @@ func (n *Node) startContainerd(ctx context.Context, o Options) error {
 	}
 	n.socket = filepath.Join(cdir, "containerd.sock")
 	certsD := filepath.Join(cdir, "certs.d")
-	for host, ca := range o.RegistryCAs {
+	for host, r := range o.Registries {
 		d := filepath.Join(certsD, host)
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
-		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n",
-			"https://"+host, "https://"+host, ca)
+		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", r.URL, r.URL)
+		if r.CAFile != "" {
+			hosts += fmt.Sprintf("  ca = %q\n", r.CAFile)
+		}
 		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 			return err
 		}
