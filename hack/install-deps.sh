@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages keyward's tests and demo need, if missing:
-# etcd (Debian etcd-server), SoftHSM2, gcc for cgo (PKCS#11), and openssl
-# (signer/profile's interop test runs `openssl verify`; under CI it must).
+# etcd (Debian etcd-server), SoftHSM2, gcc for cgo (PKCS#11), openssl
+# (signer/profile's interop test runs `openssl verify`; under CI it must),
+# and for the real node (make node, node-tests) pkg-config, libseccomp-dev
+# and iproute2.
 # `make demo`, `make test` and `make deps` run it; with everything installed
 # it prints one line and changes nothing. Without root and without sudo it
 # names the packages to install and fails.
@@ -13,8 +15,8 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The real node (node-tests, make node): runc links libseccomp through
 # pkg-config; the node lives in a network namespace set up with ip.
-dpkg -s libseccomp-dev >/dev/null 2>&1 || need+=(libseccomp-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+{ command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libseccomp; } || need+=(libseccomp-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ ${#need[@]} -eq 0 ]; then
   echo "deps: etcd, softhsm2, gcc, openssl, libseccomp-dev, pkg-config and iproute2 already installed"
@@ -29,7 +31,7 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "deps: missing ${need[*]} (Debian package names) and no apt-get: install etcd, SoftHSM2, gcc and openssl with this system's package manager" >&2
+  echo "deps: missing ${need[*]} (Debian package names) and no apt-get: install etcd, SoftHSM2, gcc, openssl, pkg-config, libseccomp (headers) and iproute2 with this system's package manager" >&2
   exit 1
 fi
 echo "deps: installing ${need[*]}"

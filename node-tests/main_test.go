@@ -64,6 +64,7 @@ func runInside(m *testing.M) int {
 	return controlplane.RunMain(runner{m}, controlplane.Options{
 		ParentDir:     node.WorkDir(),
 		KubeletClient: true,
+		OnSignal:      tearDownOnSignal,
 		ExtraAPIServerFlags: []string{
 			"--enable-bootstrap-token-auth",
 			// keyward's kubelet-serving CA, written by the set-up before
@@ -86,6 +87,12 @@ type runner struct{ m *testing.M }
 
 func (r runner) Run() int {
 	code := r.m.Run()
+	if node.Hold() && env != nil {
+		// RunMain's interrupt handler tears the node down (OnSignal) and
+		// stops the control plane.
+		fmt.Fprintf(os.Stderr, "node-tests: tests done (exit code %d); %s=1 keeps the cluster and node up: Ctrl-C stops and cleans up\n", code, node.EnvHold)
+		select {}
+	}
 	if env != nil {
 		if err := env.tearDown(); err != nil {
 			fmt.Fprintf(os.Stderr, "node-tests: tearing the node down: %v\n", err)
@@ -93,6 +100,17 @@ func (r runner) Run() int {
 		}
 	}
 	return code
+}
+
+// tearDownOnSignal stops the node and keyward when the run is interrupted
+// (also the way out of KEYWARD_NODE_HOLD=1).
+func tearDownOnSignal() {
+	if env != nil {
+		if err := env.tearDown(); err != nil {
+			fmt.Fprintf(os.Stderr, "node-tests: tearing the node down: %v\n", err)
+		}
+		_ = os.RemoveAll(node.WorkDir())
+	}
 }
 
 // writePlaceholderCA writes a throwaway self-signed CA to path.

@@ -1,6 +1,7 @@
 // Package testsupport is the room for what keyward's tests import and
 // production code never does: the control plane (kube-apiserver + etcd),
-// SoftHSM2 tokens, the in-process Cloud KMS and AWS KMS fakes and their
+// the real node (kubelet + containerd + runc, in private namespaces) and
+// its images, SoftHSM2 tokens, the in-process Cloud KMS and AWS KMS fakes and their
 // fault injection, test CAs and keys, the test registry, the lint gate,
 // Prometheus CRDs and throwaway serving certificates, one package each.
 //

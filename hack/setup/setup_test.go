@@ -45,7 +45,7 @@ func TestInstallDepsWithoutRootOrSudoNamesThePackages(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("install-deps: %v, want exit status 1\n%s", err, out)
 	}
-	want := "deps: missing Debian packages: etcd-server softhsm2 gcc libc6-dev openssl; not root and no sudo: as root, run: apt-get install etcd-server softhsm2 gcc libc6-dev openssl\n"
+	want := "deps: missing Debian packages: etcd-server softhsm2 gcc libc6-dev openssl pkg-config libseccomp-dev iproute2; not root and no sudo: as root, run: apt-get install etcd-server softhsm2 gcc libc6-dev openssl pkg-config libseccomp-dev iproute2\n"
 	if string(out) != want {
 		t.Errorf("install-deps printed\n%q\nwant\n%q", out, want)
 	}
@@ -53,15 +53,17 @@ func TestInstallDepsWithoutRootOrSudoNamesThePackages(t *testing.T) {
 
 func TestInstallDepsWithEverythingInstalledChangesNothing(t *testing.T) {
 	bin := t.TempDir()
-	for _, name := range []string{"etcd", "softhsm2-util", "gcc", "openssl"} {
+	for _, name := range []string{"etcd", "softhsm2-util", "gcc", "openssl", "ip"} {
 		writeScript(t, bin, name, "exit 0\n")
 	}
+	// pkg-config finds libseccomp.
+	writeScript(t, bin, "pkg-config", `[ "$1 $2" = "--exists libseccomp" ]`+"\n")
 	writeScript(t, bin, "id", "echo 1000\n")
 	writeScript(t, bin, "sudo", "echo sudo was called; exit 1\n")
 	cmd := exec.Command("/bin/bash", filepath.Join(repoRoot(t), "hack/install-deps.sh"))
 	cmd.Env = []string{"PATH=" + bin}
 	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "deps: etcd, softhsm2, gcc and openssl already installed\n" {
+	if err != nil || string(out) != "deps: etcd, softhsm2, gcc, openssl, libseccomp-dev, pkg-config and iproute2 already installed\n" {
 		t.Errorf("install-deps: %v\n%s", err, out)
 	}
 }

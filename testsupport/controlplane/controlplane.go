@@ -43,6 +43,10 @@ type Options struct {
 	// webhook authorization allows) and makes it dial a Node's InternalIP,
 	// so that logs and exec reach a real kubelet (testsupport/node).
 	KubeletClient bool
+	// OnSignal, when set, runs when RunMain is interrupted (SIGINT,
+	// SIGTERM), before it stops the control plane: what the tests started
+	// on top of it (a node) stops first.
+	OnSignal func()
 }
 
 // ControlPlane is a running etcd + kube-apiserver pair.
@@ -405,6 +409,9 @@ func RunMain(m Runner, opts Options, setup func(*ControlPlane) error) int {
 			cp := running
 			mu.Unlock()
 			if cp != nil {
+				if opts.OnSignal != nil {
+					opts.OnSignal()
+				}
 				fmt.Fprintf(os.Stderr, "%v: stopping control plane\n", s)
 				cp.Stop()
 				os.Exit(130)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -37,6 +38,13 @@ var HostPaths = []string{
 // above lies below one of them (or /etc/cni, which only a misconfigured
 // containerd writes and the host check catches).
 var tmpfsOver = []string{"/var/lib", "/var/log", "/run", "/usr/libexec", "/opt"}
+
+// EnvHold, set to 1, keeps the cluster and node running after the tests
+// until SIGINT or SIGTERM (see docs/development.md).
+const EnvHold = "KEYWARD_NODE_HOLD"
+
+// Hold reports whether EnvHold asks to keep the node up after the tests.
+func Hold() bool { return os.Getenv(EnvHold) == "1" }
 
 // Inside reports whether this process is the test binary re-executed in its
 // private namespaces by RunInPrivateNamespaces.
@@ -100,7 +108,29 @@ func RunInPrivateNamespaces() int {
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	code := 0
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "node-tests: running in private namespaces: %v\n", err)
+		return 1
+	}
+	// The child, in this process group, gets a terminal's SIGINT itself
+	// and cleans up; this process waits for it (then checks the host), and
+	// passes on a SIGTERM sent to it alone.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGTERM {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+		}
+	}()
+	if Hold() {
+		fmt.Fprintf(os.Stderr, "node-tests: the cluster and node run in the namespaces of PID %d, work directory %s\n"+
+			"  enter them: nsenter --target %d --net --mount -- %s/bin/keyward --kubeconfig %s/admin.kubeconfig trust status keyward.dev/mesh\n",
+			cmd.Process.Pid, dir, cmd.Process.Pid, dir, dir)
+	}
+	if err := cmd.Wait(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
 			fmt.Fprintf(os.Stderr, "node-tests: running in private namespaces: %v\n", err)
