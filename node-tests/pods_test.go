@@ -288,7 +288,10 @@ func TestADeniedPodCertificateIsAPodEvent(t *testing.T) {
 		seen = seen[:0]
 		for _, e := range podEvents(ctx, "node-pods", "denied-server") {
 			seen = append(seen, e.Reason+": "+e.Message)
-			if strings.Contains(e.Message, "DNSNameNotAllowed") || strings.Contains(e.Message, "www.bank.example") {
+			// kubelet's event: reason Denied, keyward's reason and message
+			// in its text (docs/troubleshooting.md shows its form).
+			if e.Reason == "Denied" && strings.Contains(e.Message, "DNSNameNotAllowed") &&
+				strings.Contains(e.Message, `is not allowed for pod node-pods/denied-server`) {
 				return true, nil
 			}
 		}
