@@ -20,14 +20,7 @@ package nodetests
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
@@ -115,18 +108,9 @@ func tearDownOnSignal() {
 
 // writePlaceholderCA writes a throwaway self-signed CA to path.
 func writePlaceholderCA(path string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	_, c, err := selfSignedCA("placeholder until keyward's kubelet-serving CA")
 	if err != nil {
 		return err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "placeholder until keyward's kubelet-serving CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return os.WriteFile(path, certPEM(c), 0o644)
 }

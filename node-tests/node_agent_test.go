@@ -137,15 +137,8 @@ func TestNodeAgentThroughARotation(t *testing.T) {
 	}()
 
 	g1 := fingerprint(env.roots[daemonSigner].Raw)
-	if _, err := env.run(ctx, "ca", "init", "--signer", daemonSigner, "--generation", "g2", "--key-uri", env.keyURI("node-daemons-g2"),
-		"--create-key", "--config", env.signerCfg, "--pkcs11-module", env.token.ModulePath, "--lifetime", "720h"); err != nil {
-		t.Fatal(err)
-	}
-	a, err := env.authorities.Get(ctx, authorityOf(daemonSigner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g2Root, err := parseCert([]byte(generationOf(a, "g2").CertificatePEM))
+	// A new key in the token and its root, Staged: in the canary bundle.
+	g2Root, err := env.caInit(ctx, daemonSigner, "g2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +171,7 @@ func TestNodeAgentThroughARotation(t *testing.T) {
 	stop()
 	wg.Wait()
 
-	a, err = env.authorities.Get(ctx, authorityOf(daemonSigner))
+	a, err := env.authorities.Get(ctx, authorityOf(daemonSigner))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func (e *clusterEnv) setUpRegistry(ctx context.Context) (*registrySetup, error) 
 
 	// The registry trusts the token CA's root and an admin key of the
 	// test's, which pushes the workload image.
-	admin, adminCert, err := selfSignedAdmin()
+	admin, adminCert, err := selfSignedCA("node-tests registry admin")
 	if err != nil {
 		return nil, err
 	}
@@ -358,14 +358,14 @@ func freeLoopbackPorts(n int) ([]string, error) {
 	return out, nil
 }
 
-// selfSignedAdmin makes the test's registry admin key and certificate.
-func selfSignedAdmin() (*ecdsa.PrivateKey, *x509.Certificate, error) {
+// selfSignedCA makes a throwaway ECDSA P-256 CA named cn, valid a day.
+func selfSignedCA(cn string) (*ecdsa.PrivateKey, *x509.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "node-tests registry admin"},
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}

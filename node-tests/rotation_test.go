@@ -197,15 +197,8 @@ func TestCARotationUnderLiveMTLS(t *testing.T) {
 	waitDialed(t, ctx, "c1", 1)
 
 	// Stage and promote g2: its root reaches the live bundle.
-	if _, err := env.run(ctx, "ca", "init", "--signer", meshSigner, "--generation", "g2", "--key-uri", env.keyURI("mesh-g2"),
-		"--create-key", "--config", env.signerCfg, "--pkcs11-module", env.token.ModulePath, "--lifetime", "720h"); err != nil {
-		t.Fatal(err)
-	}
-	a, err := env.authorities.Get(ctx, authorityOf(meshSigner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g2Root, err := parseCert([]byte(generationOf(a, "g2").CertificatePEM))
+	// A new key in the token and its root, Staged: in the canary bundle.
+	g2Root, err := env.caInit(ctx, meshSigner, "g2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,15 +425,6 @@ func deletePod(t *testing.T, ctx context.Context, ns, name string) {
 	if err := env.admin.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func generationOf(a *v1alpha1.Authority, gen string) v1alpha1.Generation {
-	for _, g := range a.Spec.Generations {
-		if g.Name == gen {
-			return g
-		}
-	}
-	return v1alpha1.Generation{}
 }
 
 // authorityOf is the Authority name keyward ca init derives for a signer.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 const (
 	envInside  = "KEYWARD_NODE_NAMESPACES" // set in the child: its work directory
 	envNodeIP  = "KEYWARD_NODE_IP"
+	envOwner   = "KEYWARD_NODE_OWNER" // set in the child: the outer process's PID
 	cgroupBase = "/sys/fs/cgroup"
 )
 
@@ -74,16 +76,24 @@ func RunInPrivateNamespaces() int {
 		fmt.Fprintln(os.Stderr, "node-tests: the real node needs root (private mount, network and PID namespaces, cgroups, overlay mounts); run as root (CI does)")
 		return 1
 	}
-	// A run killed before its own clean-up leaves its cgroups: sweep them
-	// (their processes died with that run's PID namespace).
-	if stale, _ := nodeCgroups(hostRoots{}); len(stale) > 0 {
-		for _, c := range stale {
+	// A run killed before its own clean-up leaves its cgroups: sweep those
+	// whose run is gone (their processes died with its PID namespace); a
+	// run still going keeps its own.
+	if all, _ := nodeCgroups(hostRoots{}, ""); len(all) > 0 {
+		removed := 0
+		for _, c := range all {
+			if ownerAlive(filepath.Base(c)) {
+				continue
+			}
 			if err := RemoveCgroupTree(c); err != nil {
 				fmt.Fprintf(os.Stderr, "node-tests: a killed run left cgroup %s and it cannot be removed: %v\n", c, err)
 				return 1
 			}
+			removed++
 		}
-		fmt.Fprintf(os.Stderr, "node-tests: removed %d cgroups a killed earlier run left\n", len(stale))
+		if removed > 0 {
+			fmt.Fprintf(os.Stderr, "node-tests: removed %d cgroups a killed earlier run left\n", removed)
+		}
 	}
 	before, err := snapshotHost(hostRoots{})
 	if err != nil {
@@ -102,7 +112,7 @@ func RunInPrivateNamespaces() int {
 	}
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envInside+"="+dir)
+	cmd.Env = append(os.Environ(), envInside+"="+dir, envOwner+"="+strconv.Itoa(os.Getpid()))
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID,
 		Pdeathsig:  syscall.SIGKILL,
@@ -212,7 +222,7 @@ func snapshotHost(r hostRoots) (hostState, error) {
 			s.paths[p] = true
 		}
 	}
-	cgs, err := nodeCgroups(r)
+	cgs, err := nodeCgroups(r, strconv.Itoa(os.Getpid()))
 	if err != nil {
 		return s, err
 	}
@@ -222,9 +232,14 @@ func snapshotHost(r hostRoots) (hostState, error) {
 	return s, nil
 }
 
-// nodeCgroups lists the cgroups the node makes (CgroupRootPrefix*) in every
-// hierarchy.
-func nodeCgroups(r hostRoots) ([]string, error) {
+// nodeCgroups lists the cgroups nodes make (CgroupRootPrefix<owner>-*) in
+// every hierarchy: those of the run whose outer process is owner, or of
+// every run when owner is empty.
+func nodeCgroups(r hostRoots, owner string) ([]string, error) {
+	prefix := CgroupRootPrefix
+	if owner != "" {
+		prefix += owner + "-"
+	}
 	var out []string
 	hier, err := os.ReadDir(r.cgroupDir())
 	if err != nil {
@@ -236,7 +251,7 @@ func nodeCgroups(r hostRoots) ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), CgroupRootPrefix) {
+			if e.IsDir() && strings.HasPrefix(e.Name(), prefix) {
 				out = append(out, filepath.Join(r.cgroupDir(), h.Name(), e.Name()))
 			}
 		}
@@ -271,7 +286,7 @@ func checkHost(r hostRoots, before hostState, workDir string) []string {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	cgs, err := nodeCgroups(r)
+	cgs, err := nodeCgroups(r, strconv.Itoa(os.Getpid()))
 	if err != nil {
 		left = append(left, "cannot list cgroups: "+err.Error())
 	}
@@ -340,4 +355,23 @@ func RemoveCgroupTree(dir string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("removing cgroup %s: %w", dir, err2)
+}
+
+// cgroupOwner is the outer PID a node cgroup's name carries, for the
+// child's Start; "0" outside a run.
+func cgroupOwner() string {
+	if o := os.Getenv(envOwner); o != "" {
+		return o
+	}
+	return "0"
+}
+
+// ownerAlive reports whether the run that named a node cgroup
+// (CgroupRootPrefix<pid>-<n>) still has its outer process.
+func ownerAlive(name string) bool {
+	pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, CgroupRootPrefix), "-", 2)[0])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return syscall.Kill(pid, 0) == nil
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,13 +33,17 @@ func TestCheckHostNamesEveryLeftover(t *testing.T) {
 
 	// After a run that leaked one of each.
 	writeProc(t, r.proc, "200", "/cache/containerd-shim-runc-v2\x00-address\x00"+work+"/node/containerd/containerd.sock\x00")
-	mkdir(t, filepath.Join(r.cgroup, "memory", CgroupRootPrefix+"1-2", "kubepods"))
+	mine := CgroupRootPrefix + strconv.Itoa(os.Getpid()) + "-2"
+	mkdir(t, filepath.Join(r.cgroup, "memory", mine, "kubepods"))
+	// Another run's (its outer process is PID 1 here): not this run's to
+	// report or remove.
+	mkdir(t, filepath.Join(r.cgroup, "memory", CgroupRootPrefix+"1-3"))
 	mkdir(t, r.prefix+"/run/containerd")
 	mkdir(t, work)
 	left := checkHost(r, before, work)
 	want := []string{
 		"process 200 still running: /cache/containerd-shim-runc-v2 -address " + work,
-		"cgroup " + filepath.Join(r.cgroup, "memory", CgroupRootPrefix+"1-2"),
+		"cgroup " + filepath.Join(r.cgroup, "memory", mine),
 		"host path /run/containerd (absent before the node ran)",
 		"work directory " + work,
 	}
@@ -48,11 +53,11 @@ func TestCheckHostNamesEveryLeftover(t *testing.T) {
 			t.Errorf("leftovers %q do not name %q", left, w)
 		}
 	}
-	if strings.Contains(got, "sshd") || strings.Contains(got, "system.slice") || strings.Contains(got, "/var/lib/kubelet") {
+	if strings.Contains(got, "sshd") || strings.Contains(got, "system.slice") || strings.Contains(got, "/var/lib/kubelet") || strings.Contains(got, CgroupRootPrefix+"1-3") {
 		t.Errorf("leftovers %q name what was there before", left)
 	}
 	// The check removes what it can, so the next run starts clean.
-	if _, err := os.Stat(filepath.Join(r.cgroup, "memory", CgroupRootPrefix+"1-2")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(r.cgroup, "memory", mine)); !os.IsNotExist(err) {
 		t.Errorf("leaked cgroup still there: %v", err)
 	}
 	if _, err := os.Stat(work); !os.IsNotExist(err) {
@@ -72,5 +77,15 @@ func mkdir(t *testing.T, d string) {
 	t.Helper()
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A killed run's cgroups are swept only when its outer process is gone.
+func TestOwnerAlive(t *testing.T) {
+	if !ownerAlive(CgroupRootPrefix + strconv.Itoa(os.Getpid()) + "-5") {
+		t.Error("this process's cgroup counted as a dead run's")
+	}
+	if ownerAlive(CgroupRootPrefix+"999999999-5") || ownerAlive(CgroupRootPrefix+"0-5") || ownerAlive(CgroupRootPrefix+"x") {
+		t.Error("a cgroup of no live run counted as alive")
 	}
 }

@@ -251,7 +251,7 @@ func (n *Node) Ctr(ctx context.Context, args ...string) ([]byte, error) {
 // refuses a root that does not exist. A cpuset cgroup takes its CPUs and
 // memory nodes from the parent, or no task could join it.
 func (n *Node) makeCgroupRoot() error {
-	n.cgroupRoot = "/" + CgroupRootPrefix + fmt.Sprint(os.Getppid(), "-", time.Now().UnixNano()%1e6)
+	n.cgroupRoot = "/" + CgroupRootPrefix + cgroupOwner() + "-" + fmt.Sprint(time.Now().UnixNano()%1e9)
 	hier, err := os.ReadDir(cgroupBase)
 	if err != nil {
 		return err
