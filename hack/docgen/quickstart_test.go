@@ -1,6 +1,7 @@
 package docgen
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"testing"
@@ -8,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/keyward/keyward/kubeclient/authority/record"
+	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	signerconfig "github.com/keyward/keyward/signer/config"
 )
 
@@ -46,10 +47,13 @@ func TestQuickstartPodIsValid(t *testing.T) {
 	if !signerconfig.ValidSignerName(pc.SignerName) {
 		t.Errorf("podCertificate signer name %q", pc.SignerName)
 	}
-	// The live bundle by name: a signerName + labelSelector source would
-	// merge any bundle an `attest` holder labels live.
-	if want := record.BundleName(pc.SignerName, "live"); ctb.Name == nil || *ctb.Name != want || ctb.SignerName != nil || ctb.LabelSelector != nil {
-		t.Errorf("the clusterTrustBundle source must name %s and select nothing else: %+v", want, ctb)
+	// The live bundle by signer name and the live label, not by name:
+	// kubelet v1.37 keeps a by-name projection stale for its cache TTL
+	// (docs/rotation.md; node-tests TestCARotationUnderLiveMTLS).
+	live := map[string]string{v1alpha1.BundleVersionLabel("keyward.dev"): "live"}
+	if ctb.Name != nil || ctb.SignerName == nil || *ctb.SignerName != pc.SignerName || ctb.LabelSelector == nil ||
+		!maps.Equal(ctb.LabelSelector.MatchLabels, live) || len(ctb.LabelSelector.MatchExpressions) > 0 {
+		t.Errorf("the clusterTrustBundle source must select %s's bundles labelled %v and nothing else: %+v", pc.SignerName, live, ctb)
 	}
 	if !slices.Contains(signerconfig.AllKeyTypes(), pc.KeyType) {
 		t.Errorf("keyType %q is none of %v", pc.KeyType, signerconfig.AllKeyTypes())
