@@ -16,7 +16,7 @@ GO             ?= go
 SHELL          := /bin/bash
 .SHELLFLAGS    := -o pipefail -c
 TEST_TIMEOUT   ?= 45m
-UNIT_PKGS       = $(shell $(GO) list ./... | grep -v /softhsm-tests)
+UNIT_PKGS       = $(shell $(GO) list ./... | grep -v -e /softhsm-tests -e /node-tests)
 
 # Pinned CLIs the deploy tests run (`make tools`); tests find them through
 # these variables and fail with "run make tools" when they are missing.

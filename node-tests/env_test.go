@@ -77,7 +77,7 @@ signers:
   server: {allowedDNSNames: ["{serviceAccount}.{namespace}.svc"]}
 - name: keyward.dev/node-daemons
   profile: csr
-  maxLifetime: 2m
+  maxLifetime: 3m
   csr:
     trustDistribution: ClusterTrustBundle keyward.dev:node-daemons:live
     uris: ["spiffe://cluster.local/node/*"]

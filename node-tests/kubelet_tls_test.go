@@ -55,7 +55,14 @@ func TestKubeletBootstrapsAndRotatesWithKeyward(t *testing.T) {
 
 	// Rotation: kubelet asks again once 70-90% of notAfter-notBefore has
 	// passed.
-	deadline := time.Until(client.NotBefore.Add(time.Duration(0.9*float64(client.NotAfter.Sub(client.NotBefore))))) + 30*time.Second
+	latest := func(c *x509.Certificate) time.Time {
+		return c.NotBefore.Add(time.Duration(0.9 * float64(c.NotAfter.Sub(c.NotBefore))))
+	}
+	last := latest(client)
+	if s := latest(serving); s.After(last) {
+		last = s
+	}
+	deadline := time.Until(last) + time.Minute
 	t.Logf("waiting up to %s for kubelet to rotate both certificates", deadline.Round(time.Second))
 	var rotatedClient, rotatedServing *x509.Certificate
 	err := wait.PollUntilContextTimeout(ctx, time.Second, deadline, true, func(ctx context.Context) (bool, error) {

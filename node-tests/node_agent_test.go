@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,8 +163,9 @@ func TestNodeAgentThroughARotation(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if _, err := env.run(ctx, "trust", "retire", daemonSigner, "g1"); err == nil {
-		t.Fatalf("retire g1 accepted while its leaves may be valid; want a LeavesValid refusal")
+	var ee *exec.ExitError
+	if _, err := env.run(ctx, "trust", "retire", daemonSigner, "g1"); !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(err.Error(), string(v1alpha1.GateLeavesValid)) {
+		t.Fatalf("retire g1 while its leaves may be valid: %v; want exit code 3 naming %s", err, v1alpha1.GateLeavesValid)
 	}
 	time.Sleep(time.Until(lastG1) + time.Second)
 	why := "node-tests: the last g1 credential expired at " + lastG1.UTC().Format(time.RFC3339)

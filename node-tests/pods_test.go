@@ -58,8 +58,10 @@ type podSpec struct {
 	sidecar []string
 }
 
-// liveBundleByName projects signerName's live ClusterTrustBundle by name,
-// as docs/trustpublisher.md tells users to.
+// liveBundleByName projects signerName's live ClusterTrustBundle by name.
+// kubelet v1.37 keeps such a projection stale for up to 5 minutes after a
+// change (docs/rotation.md), so the docs advise liveBundleBySigner; a
+// bundle that does not change, as in the profile tests, is fine either way.
 func liveBundleByName(signerName string) corev1.VolumeProjection {
 	name := strings.ReplaceAll(signerName, "/", ":") + ":live"
 	return corev1.VolumeProjection{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: &name, Path: "trust.pem"}}

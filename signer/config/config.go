@@ -236,7 +236,10 @@ type Signer struct {
 	// lifetime (default 0.5), clamped to [notBefore+10m, notAfter−10m].
 	RefreshPoint *float64 `json:"refreshPoint,omitempty"`
 	// Backdate moves notBefore into the past for clock skew (default 2m,
-	// below the apiserver's 5m limit).
+	// below the apiserver's 5m limit). It counts against the lifetime
+	// (notAfter − notBefore is the lifetime); for CSR profiles it is at
+	// most half the lifetime, so a 3m certificate is usable for 1m30s after
+	// issuance (kube-controller-manager adds its backdate to short TTLs).
 	Backdate *metav1.Duration `json:"backdate,omitempty"`
 	// UnverifiedUserAnnotations are the annotation keys this signer reads;
 	// a request carrying any other key is Denied.

@@ -211,3 +211,40 @@ func TestDefaultPerNodeRateLimit(t *testing.T) {
 		t.Errorf("signer %s: perNode %+v onLimit %q, want the configured 10/s, burst 20, deny", explicit.Name, r.PerNode, r.OnLimit)
 	}
 }
+
+// maxLifetime's floor: 1h for PodCertificateRequest profiles (the
+// apiserver's), 2m for CertificateSigningRequest profiles.
+func TestMaxLifetimeFloorByKindOfRequest(t *testing.T) {
+	for _, c := range []struct {
+		profile, lifetime string
+		ok                bool
+	}{
+		{config.ProfilePodIdentity, "1h", true},
+		{config.ProfilePodIdentity, "59m", false},
+		{config.ProfileKubeAPIServerClientKubelet, "2m", true},
+		{config.ProfileKubeAPIServerClientKubelet, "119s", false},
+		{config.ProfileKubeletServing, "3m", true},
+	} {
+		name := "keyward.dev/x"
+		if n, ok := config.KubernetesSignerNames[c.profile]; ok {
+			name = n
+		}
+		cfg := &config.SignerConfiguration{APIVersion: config.APIVersion, Kind: config.Kind, Signers: []config.Signer{{Name: name, Profile: c.profile}}}
+		cfg.Default()
+		d, err := time.ParseDuration(c.lifetime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Signers[0].MaxLifetime.Duration = d
+		errs := cfg.Validate()
+		bad := false
+		for _, e := range errs {
+			if e.Field == "signers[0].maxLifetime" {
+				bad = true
+			}
+		}
+		if bad == c.ok {
+			t.Errorf("%s maxLifetime %s: errors %v, want accepted=%v", c.profile, c.lifetime, errs, c.ok)
+		}
+	}
+}

@@ -36,10 +36,29 @@ var HostPaths = []string{
 	"/var/lib/containerd", "/run/nri", "/var/run/nri", "/opt/containerd",
 }
 
+// kubeletSysctls are the machine-wide kernel settings kubelet v1.37 sets
+// unless protectKernelDefaults (pkg/kubelet/cm, setupKernelTunables), with
+// the values it wants. None is per namespace: inside the private mount
+// namespace a file holding kubelet's value is bound over each, so kubelet
+// (with protectKernelDefaults: true) finds them as it wants and the host's
+// stay as they are; the host check compares them before and after.
+var kubeletSysctls = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+}
+
 // tmpfsOver are mounted over in the private mount namespace: every host path
 // above lies below one of them (or /etc/cni, which only a misconfigured
 // containerd writes and the host check catches).
 var tmpfsOver = []string{"/var/lib", "/var/log", "/run", "/usr/libexec", "/opt"}
+
+// EnvSkip, set to 1, skips the real-node tests, saying so (a machine
+// without root or with cgroup v2).
+const EnvSkip = "KEYWARD_SKIP_NODE_TESTS"
 
 // EnvHold, set to 1, keeps the cluster and node running after the tests
 // until SIGINT or SIGTERM (see docs/development.md).
@@ -72,8 +91,16 @@ func NodeIP() string {
 // paths, processes, the work directory) and returns 1 with a message naming
 // each leftover. It needs root (CAP_SYS_ADMIN).
 func RunInPrivateNamespaces() int {
+	if os.Getenv(EnvSkip) == "1" {
+		fmt.Fprintln(os.Stderr, "node-tests: SKIPPED, every real-node test ("+EnvSkip+"=1)")
+		return 0
+	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "node-tests: the real node needs root (private mount, network and PID namespaces, cgroups, overlay mounts); run as root (CI does)")
+		fmt.Fprintln(os.Stderr, "node-tests: the real node needs root (private mount, network and PID namespaces, cgroups, overlay mounts); run as root (CI does), or set "+EnvSkip+"=1 to skip node-tests")
+		return 1
+	}
+	if _, err := os.Stat(filepath.Join(cgroupBase, "cgroup.controllers")); err == nil {
+		fmt.Fprintln(os.Stderr, "node-tests: this machine uses cgroup v2 (unified hierarchy); the test node supports cgroup v1 hierarchies only (docs/development.md, \"The real node\"); set "+EnvSkip+"=1 to skip node-tests here")
 		return 1
 	}
 	// A run killed before its own clean-up leaves its cgroups: sweep those
@@ -100,25 +127,34 @@ func RunInPrivateNamespaces() int {
 		fmt.Fprintf(os.Stderr, "node-tests: reading the host's state: %v\n", err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "keyward-node-")
+	sweepWorkDirs()
+	dir, err := os.MkdirTemp("", CgroupRootPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "node-tests: %v\n", err)
 		return 1
 	}
 	exe, err := os.Executable()
 	if err != nil {
+		os.Remove(dir)
 		fmt.Fprintf(os.Stderr, "node-tests: %v\n", err)
 		return 1
 	}
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envInside+"="+dir, envOwner+"="+strconv.Itoa(os.Getpid()))
+	// NO_PROXY: kube-apiserver dials kubelet at the node's address, which a
+	// proxy from the environment could never reach.
+	cmd.Env = append(os.Environ(), envInside+"="+dir, envOwner+"="+strconv.Itoa(os.Getpid()),
+		"NO_PROXY="+os.Getenv("NO_PROXY")+",10.213.0.0/16,127.0.0.1,localhost", "no_proxy="+os.Getenv("no_proxy")+",10.213.0.0/16,127.0.0.1,localhost")
+	// Pdeathsig: the child dies with this process. (Go's fork sees a
+	// parent PID of 0 from inside the new PID namespace and signals itself,
+	// which the kernel ignores for a namespace's PID 1.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID,
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	code := 0
 	if err := cmd.Start(); err != nil {
+		os.Remove(dir)
 		fmt.Fprintf(os.Stderr, "node-tests: running in private namespaces: %v\n", err)
 		return 1
 	}
@@ -126,11 +162,11 @@ func RunInPrivateNamespaces() int {
 	// and cleans up; this process waits for it (then checks the host), and
 	// passes on a SIGTERM sent to it alone.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	go func() {
 		for s := range sigs {
-			if s == syscall.SIGTERM {
+			if s != os.Interrupt {
 				_ = cmd.Process.Signal(syscall.SIGTERM)
 			}
 		}
@@ -169,12 +205,27 @@ func SetUpNamespaces() error {
 	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc for the new PID namespace: %w", err)
 	}
-	for _, d := range tmpfsOver {
+	// The work directory (CA keys in SoftHSM, etcd, binaries) lives on a
+	// tmpfs that goes with this namespace, however the run ends.
+	for _, d := range append([]string{WorkDir()}, tmpfsOver...) {
 		if _, err := os.Stat(d); err != nil {
 			continue
 		}
 		if err := syscall.Mount("tmpfs", d, "tmpfs", 0, "mode=755"); err != nil {
 			return fmt.Errorf("mounting tmpfs over %s: %w", d, err)
+		}
+	}
+	sysctls := filepath.Join(WorkDir(), "sysctl")
+	if err := os.MkdirAll(sysctls, 0o755); err != nil {
+		return err
+	}
+	for name, v := range kubeletSysctls {
+		f := filepath.Join(sysctls, strings.ReplaceAll(name, "/", "."))
+		if err := os.WriteFile(f, []byte(v+"\n"), 0o444); err != nil {
+			return err
+		}
+		if err := syscall.Mount(f, "/proc/sys/"+name, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding kubelet's %s over the host's: %w", name, err)
 		}
 	}
 	for _, args := range [][]string{
@@ -213,10 +264,11 @@ func (r hostRoots) cgroupDir() string {
 type hostState struct {
 	paths   map[string]bool
 	cgroups map[string]bool
+	sysctls map[string]string
 }
 
 func snapshotHost(r hostRoots) (hostState, error) {
-	s := hostState{paths: map[string]bool{}, cgroups: map[string]bool{}}
+	s := hostState{paths: map[string]bool{}, cgroups: map[string]bool{}, sysctls: readSysctls(r)}
 	for _, p := range HostPaths {
 		if _, err := os.Lstat(r.prefix + p); err == nil {
 			s.paths[p] = true
@@ -296,6 +348,11 @@ func checkHost(r hostRoots, before hostState, workDir string) []string {
 			_ = RemoveCgroupTree(c) // reported, and gone for the next run
 		}
 	}
+	for name, v := range readSysctls(r) {
+		if was := before.sysctls[name]; v != was {
+			left = append(left, fmt.Sprintf("kernel setting %s is %s, was %s", name, v, was))
+		}
+	}
 	for _, p := range HostPaths {
 		if before.paths[p] {
 			continue
@@ -304,9 +361,11 @@ func checkHost(r hostRoots, before hostState, workDir string) []string {
 			left = append(left, "host path "+p+" (absent before the node ran)")
 		}
 	}
+	// The child's tmpfs held the work directory's contents; on the host it
+	// is an empty directory, removed here. Anything in it escaped.
 	if workDir != "" {
-		if _, err := os.Lstat(workDir); err == nil {
-			left = append(left, "work directory "+workDir)
+		if err := os.Remove(workDir); err != nil && !os.IsNotExist(err) {
+			left = append(left, "work directory "+workDir+" ("+err.Error()+")")
 			_ = os.RemoveAll(workDir)
 		}
 	}
@@ -374,4 +433,29 @@ func ownerAlive(name string) bool {
 		return false
 	}
 	return syscall.Kill(pid, 0) == nil
+}
+
+// readSysctls reads the host's value of each setting kubelet would change.
+func readSysctls(r hostRoots) map[string]string {
+	out := map[string]string{}
+	for name := range kubeletSysctls {
+		b, err := os.ReadFile(filepath.Join(r.procDir(), "sys", name))
+		if err != nil {
+			continue // not on this kernel
+		}
+		out[name] = strings.TrimSpace(string(b))
+	}
+	return out
+}
+
+// sweepWorkDirs removes the (empty) work directories of runs whose outer
+// process is gone: a run killed outright leaves its directory, whose
+// contents were on the tmpfs of its mount namespace.
+func sweepWorkDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), CgroupRootPrefix+"*-*"))
+	for _, d := range dirs {
+		if !ownerAlive(filepath.Base(d)) {
+			_ = os.Remove(d)
+		}
+	}
 }

@@ -21,6 +21,8 @@ func TestCheckHostNamesEveryLeftover(t *testing.T) {
 	// Before: an unrelated process, an unrelated cgroup, /var/lib/kubelet
 	// already there (a host that runs its own kubelet).
 	writeProc(t, r.proc, "100", "/usr/bin/sshd\x00-D\x00")
+	writeSysctl(t, r.proc, "vm/overcommit_memory", "0")
+	writeSysctl(t, r.proc, "kernel/panic", "0")
 	mkdir(t, filepath.Join(r.cgroup, "memory", "system.slice"))
 	mkdir(t, r.prefix+"/var/lib/kubelet")
 	before, err := snapshotHost(r)
@@ -31,7 +33,18 @@ func TestCheckHostNamesEveryLeftover(t *testing.T) {
 		t.Fatalf("clean host: leftovers %q", left)
 	}
 
+	// An empty work directory (its contents were on the child's tmpfs) is
+	// no leftover.
+	mkdir(t, work)
+	if left := checkHost(r, before, work); len(left) != 0 {
+		t.Fatalf("empty work directory: leftovers %q", left)
+	}
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Fatalf("empty work directory still there: %v", err)
+	}
+
 	// After a run that leaked one of each.
+	writeSysctl(t, r.proc, "vm/overcommit_memory", "1")
 	writeProc(t, r.proc, "200", "/cache/containerd-shim-runc-v2\x00-address\x00"+work+"/node/containerd/containerd.sock\x00")
 	mine := CgroupRootPrefix + strconv.Itoa(os.Getpid()) + "-2"
 	mkdir(t, filepath.Join(r.cgroup, "memory", mine, "kubepods"))
@@ -40,12 +53,16 @@ func TestCheckHostNamesEveryLeftover(t *testing.T) {
 	mkdir(t, filepath.Join(r.cgroup, "memory", CgroupRootPrefix+"1-3"))
 	mkdir(t, r.prefix+"/run/containerd")
 	mkdir(t, work)
+	if err := os.WriteFile(filepath.Join(work, "token.pin"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	left := checkHost(r, before, work)
 	want := []string{
 		"process 200 still running: /cache/containerd-shim-runc-v2 -address " + work,
 		"cgroup " + filepath.Join(r.cgroup, "memory", mine),
 		"host path /run/containerd (absent before the node ran)",
 		"work directory " + work,
+		"kernel setting vm/overcommit_memory is 1, was 0",
 	}
 	got := strings.Join(left, "\n")
 	for _, w := range want {
@@ -87,5 +104,14 @@ func TestOwnerAlive(t *testing.T) {
 	}
 	if ownerAlive(CgroupRootPrefix+"999999999-5") || ownerAlive(CgroupRootPrefix+"0-5") || ownerAlive(CgroupRootPrefix+"x") {
 		t.Error("a cgroup of no live run counted as alive")
+	}
+}
+
+func writeSysctl(t *testing.T, proc, name, v string) {
+	t.Helper()
+	p := filepath.Join(proc, "sys", name)
+	mkdir(t, filepath.Dir(p))
+	if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

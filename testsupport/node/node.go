@@ -322,6 +322,9 @@ func (n *Node) startKubelet(o Options) error {
 		"clusterDomain":                 "cluster.local",
 		"registerNode":                  true,
 		"localStorageCapacityIsolation": false,
+		// Check, never write, the machine-wide kernel settings; the
+		// namespace shows kubelet the values it wants (SetUpNamespaces).
+		"protectKernelDefaults": true,
 	}
 	if o.KubeletConfig != nil {
 		o.KubeletConfig(cfg)
