@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/internal/pemcert"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/testsupport/controlplane"
@@ -110,7 +111,6 @@ type clusterEnv struct {
 	approver    *controlplane.Process
 	registry    *registrySetup
 	node        *node.Node
-	nodeStart   time.Time
 }
 
 var env *clusterEnv
@@ -234,7 +234,6 @@ func setUp(ctx context.Context, c *controlplane.ControlPlane, kubeletCAFile stri
 	if err != nil {
 		return e, err
 	}
-	e.nodeStart = time.Now()
 	e.node, err = node.Start(ctx, node.Options{
 		Dir:                      filepath.Join(e.dir, "node"),
 		Name:                     nodeName,
@@ -454,12 +453,17 @@ func strayProcesses(e *clusterEnv) []string {
 	return left
 }
 
+// parseCert is the first certificate of a PEM list (a generation's
+// certificatePEM).
 func parseCert(b []byte) (*x509.Certificate, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil {
+	certs, err := pemcert.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(certs) == 0 {
 		return nil, errors.New("no PEM certificate")
 	}
-	return x509.ParseCertificate(blk.Bytes)
+	return certs[0], nil
 }
 
 func certPEM(c *x509.Certificate) []byte {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -106,28 +104,15 @@ func TestKubeletBootstrapsAndRotatesWithKeyward(t *testing.T) {
 		rotatedClient.NotBefore.Sub(client.NotBefore).Round(time.Second), rotatedServing.NotBefore.Sub(serving.NotBefore).Round(time.Second))
 }
 
-// currentCert reads the first certificate of a kubelet *-current.pem file
-// (it holds the certificate and the key).
+// currentCert reads the certificate of a kubelet *-current.pem file (it
+// holds the certificate and the key).
 func currentCert(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("kubelet's certificate: %v", err)
+	certs, err := readCerts(path)
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("kubelet's certificate %s: %v (%d certificates)", path, err, len(certs))
 	}
-	for {
-		var blk *pem.Block
-		blk, b = pem.Decode(b)
-		if blk == nil {
-			t.Fatalf("%s holds no certificate", path)
-		}
-		if blk.Type == "CERTIFICATE" {
-			c, err := x509.ParseCertificate(blk.Bytes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
-		}
-	}
+	return certs[0]
 }
 
 func verifyWith(t *testing.T, c, root *x509.Certificate, usage x509.ExtKeyUsage) {

@@ -207,6 +207,8 @@ func TestNodeAgentThroughARotation(t *testing.T) {
 		len(samples), samples[len(samples)-1].at.Sub(samples[0].at).Round(time.Second), len(serials), firstG2.Sub(g2Trusted).Round(time.Second))
 }
 
+// readCerts reads the CERTIFICATE blocks of a PEM file, passing over a
+// private key (a credential bundle, a kubelet *-current.pem).
 func readCerts(path string) ([]*x509.Certificate, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -111,12 +110,13 @@ func (e *clusterEnv) setUpRegistry(ctx context.Context) (*registrySetup, error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := freeLoopbackPorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	r.host = ports[0]
-	tsURL := "https://" + ports[1]
+	r.host = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	tsAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	tsURL := "https://" + tsAddr
 	registryBin := filepath.Join(e.dir, "bin", "registry")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", registryBin, "github.com/keyward/keyward/hack/registry").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building the registry: %v: %s", err, out)
@@ -140,7 +140,7 @@ func (e *clusterEnv) setUpRegistry(ctx context.Context) (*registrySetup, error) 
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "token-service.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(tokenServiceConfig, kc, ports[1], serving.CertFile, serving.KeyFile, r.host)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(tokenServiceConfig, kc, tsAddr, serving.CertFile, serving.KeyFile, r.host)), 0o600); err != nil {
 		return nil, err
 	}
 	rbac, err := e.run(ctx, "deploy", "rbac", "--namespace", keywardNamespace, "--token-service-config", cfg)
@@ -335,27 +335,6 @@ func TestImagePullThroughTheCredentialProvider(t *testing.T) {
 		}) {
 		t.Errorf("events %q do not show ErrImagePull and the realm's refusal", seen)
 	}
-}
-
-// freeLoopbackPorts reserves n distinct 127.0.0.1 ports and returns them as
-// host:port; they are free again when this returns.
-func freeLoopbackPorts(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // selfSignedCA makes a throwaway ECDSA P-256 CA named cn, valid a day.

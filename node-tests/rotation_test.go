@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"os/exec"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyward/keyward/internal/pemcert"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -448,17 +448,12 @@ func sorted(s ...string) []string {
 }
 
 // pemFingerprints is the sorted SHA-256 of each certificate in a PEM
-// bundle.
+// bundle (none if it does not parse).
 func pemFingerprints(bundle string) []string {
+	certs, _ := pemcert.Parse([]byte(bundle))
 	var out []string
-	rest := []byte(bundle)
-	for {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
-		out = append(out, fingerprint(blk.Bytes))
+	for _, c := range certs {
+		out = append(out, fingerprint(c.Raw))
 	}
 	slices.Sort(out)
 	return out

@@ -43,3 +43,7 @@ func (p *Process) LogPath() string { return p.p.logPath }
 // Tail returns the last lines of the file at path (a log), or a note saying
 // why it could not be read.
 func Tail(path string, lines int) string { return tail(path, lines) }
+
+// FreePorts reserves n distinct free loopback ports and releases them; a
+// caller can still lose one to a race.
+func FreePorts(n int) ([]int, error) { return freePorts(n) }
