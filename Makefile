@@ -70,7 +70,7 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 
 # The base's RBAC (deploy/rbac) from the base's own configuration files.
 BASE_RBAC_FLAGS = --namespace keyward --signer-config deploy/kustomize/base/signer-config.yaml --approver \
-	--token-service-config deploy/kustomize/base/token-service-config.yaml --node-agent
+	--token-service-config deploy/kustomize/base/token-service-config.yaml --node-agent --ca-admin
 
 # promtool is pinned in hack/promtool, a module of its own (`go install
 # …/promtool@version` refuses Prometheus's go.mod, which has replace

@@ -73,6 +73,20 @@ type KeyCreator interface {
 	CreateKey(ctx context.Context, req CreateKeyRequest) (Signer, error)
 }
 
+// Destroyer is the optional capability of a Signer that CreateKey returned
+// to remove its key again, for a key nothing references yet: keyward ca
+// init destroys the key it made when the cluster then refuses the
+// generation, so a failed try leaves nothing behind. Each backend takes its
+// strongest step that needs no second party: PKCS#11 destroys the key
+// pair's objects, the file backend removes the file, AWS KMS schedules the
+// key's deletion after its shortest waiting period (7 days, cancellable),
+// Cloud KMS schedules the version's destruction (the key ring's
+// destroy-scheduled duration, restorable meanwhile). The string says what
+// was done, for the operator.
+type Destroyer interface {
+	Destroy(ctx context.Context) (string, error)
+}
+
 // KeyInfo holds what every Signer reports without I/O. Backends embed it.
 type KeyInfo struct {
 	pub         crypto.PublicKey

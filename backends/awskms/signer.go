@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
@@ -90,3 +91,26 @@ func (s *Signer) checkInput(digest []byte) error {
 
 // Close releases nothing: the KMS client belongs to the Provider.
 func (s *Signer) Close() error { return nil }
+
+var _ backends.Destroyer = (*Signer)(nil)
+
+// Destroy schedules the key's deletion after AWS KMS's shortest waiting
+// period, 7 days (backends.Destroyer): ScheduleKeyDeletion. The key is
+// PendingDeletion meanwhile, signs nothing, and aws kms cancel-key-deletion
+// brings it back; a key cannot be deleted sooner.
+func (s *Signer) Destroy(ctx context.Context) (string, error) {
+	const op = "destroy-key"
+	c := call{op: op, uri: s.URI(), action: "ScheduleKeyDeletion"}
+	if s.p.closed.Load() {
+		return "", backends.Errorf(backends.ErrPermanent, op, c.uri, "", "the awskms provider is closed")
+	}
+	out, err := s.client.ScheduleKeyDeletion(ctx, &kms.ScheduleKeyDeletionInput{KeyId: aws.String(s.arn), PendingWindowInDays: aws.Int32(7)})
+	if err != nil {
+		return "", s.p.failed(ctx, c, err)
+	}
+	when := ""
+	if out.DeletionDate != nil {
+		when = " on " + out.DeletionDate.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("scheduled key %s for deletion%s (aws kms cancel-key-deletion --key-id %s undoes it until then)", s.arn, when, s.arn), nil
+}

@@ -128,6 +128,28 @@ func Run(t *testing.T, h Harness) {
 				}
 			})
 		}
+		t.Run("a created key can be destroyed and then no longer opens", func(t *testing.T) {
+			s, err := kc.CreateKey(context.Background(), backends.CreateKeyRequest{URI: h.CreateURI(t, algs[0]), Algorithm: algs[0]})
+			if err != nil {
+				t.Fatalf("creating %s key: %v", algs[0], err)
+			}
+			t.Cleanup(func() { s.Close() })
+			d, ok := s.(backends.Destroyer)
+			if !ok {
+				t.Fatalf("the %s key CreateKey returned (%T) is not a backends.Destroyer", h.Provider.Scheme(), s)
+			}
+			what, err := d.Destroy(context.Background())
+			if err != nil {
+				t.Fatalf("destroying %s: %v", s.URI(), err)
+			}
+			if what == "" {
+				t.Error("Destroy said nothing about what it did")
+			}
+			if again, err := h.Provider.Open(context.Background(), backends.OpenRequest{URI: s.URI()}); err == nil {
+				again.Close()
+				t.Fatalf("%s opened after Destroy (%s)", s.URI(), what)
+			}
+		})
 		if unsupported := firstUnsupported(h.Provider); unsupported != "" {
 			t.Run("unsupported algorithm is refused", func(t *testing.T) {
 				_, err := kc.CreateKey(context.Background(), backends.CreateKeyRequest{URI: h.CreateURI(t, algs[0]), Algorithm: unsupported})

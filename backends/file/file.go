@@ -115,7 +115,7 @@ func newSigner(key crypto.Signer, loc location) (*Signer, error) {
 	if err != nil {
 		return nil, backends.Wrap(backends.ErrUnsupportedAlgorithm, "open", loc.uri(), "algorithm", err)
 	}
-	return &Signer{KeyInfo: info, key: key}, nil
+	return &Signer{KeyInfo: info, key: key, path: loc.path}, nil
 }
 
 // CreateKey generates a key of req.Algorithm and writes it, mode 0600, to the
@@ -156,7 +156,18 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 // Signer is an in-memory key read from a file.
 type Signer struct {
 	backends.KeyInfo
-	key crypto.Signer
+	key  crypto.Signer
+	path string
+}
+
+var _ backends.Destroyer = (*Signer)(nil)
+
+// Destroy removes the key's file (backends.Destroyer).
+func (s *Signer) Destroy(context.Context) (string, error) {
+	if err := os.Remove(s.path); err != nil {
+		return "", backends.Wrap(backends.ErrPermanent, "destroy-key", s.URI(), "path", err)
+	}
+	return "removed " + s.path, nil
 }
 
 // Sign implements crypto.Signer.

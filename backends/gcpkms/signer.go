@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"fmt"
 	"io"
+	"time"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/backends"
@@ -119,3 +120,36 @@ func (s *Signer) request(digest []byte) (*kmspb.AsymmetricSignRequest, error) {
 
 // Close releases nothing: the Cloud KMS client belongs to the Provider.
 func (s *Signer) Close() error { return nil }
+
+var _ backends.Destroyer = (*Signer)(nil)
+
+// Destroy schedules the key version's destruction (backends.Destroyer):
+// DestroyCryptoKeyVersion. Cloud KMS keeps it DESTROY_SCHEDULED for the
+// crypto key's destroy-scheduled duration (24 hours unless set), during
+// which RestoreCryptoKeyVersion brings it back; a version cannot be deleted
+// outright.
+func (s *Signer) Destroy(ctx context.Context) (string, error) {
+	const op, method = "destroy-key", "DestroyCryptoKeyVersion"
+	c := call{op: op, uri: s.URI(), part: partVersions}
+	client, err := s.p.kmsClient(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	var v *kmspb.CryptoKeyVersion
+	err = s.p.retry(ctx, c, s.p.opts.Retry.MaxAttempts, func(actx context.Context) (bool, error) {
+		resp, err := client.DestroyCryptoKeyVersion(actx, &kmspb.DestroyCryptoKeyVersionRequest{Name: s.name}, noClientRetry())
+		if err != nil {
+			return s.p.failed(ctx, actx, c, method, err)
+		}
+		v = resp
+		return false, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	when := ""
+	if t := v.GetDestroyTime(); t != nil {
+		when = " at " + t.AsTime().UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("scheduled key version %s for destruction%s (state %s; gcloud kms keys versions restore undoes it until then)", s.name, when, v.GetState()), nil
+}

@@ -381,6 +381,28 @@ func (s *Signer) current() (crypto11.Signer, uint64, error) {
 	return key, gen, nil
 }
 
+var _ backends.Destroyer = (*Signer)(nil)
+
+// Destroy destroys the key pair's private and public key objects on the
+// token (backends.Destroyer): C_DestroyObject, which no backup of the
+// token undoes.
+func (s *Signer) Destroy(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	key := s.key
+	s.mu.Unlock()
+	d, ok := key.(interface{ Delete() error })
+	if !ok {
+		return "", backends.Errorf(backends.ErrPermanent, "destroy-key", s.URI(), "", "the key is closed or cannot be deleted")
+	}
+	if err := ctx.Err(); err != nil {
+		return "", backends.Wrap(backends.ErrTransient, "destroy-key", s.URI(), "", err)
+	}
+	if err := d.Delete(); err != nil {
+		return "", backends.Wrap(classify(err), "destroy-key", s.URI(), "", err)
+	}
+	return "destroyed the key pair on token " + s.tok.name(), nil
+}
+
 // Close drops the key handle; the token stays open for other keys until the
 // Provider is closed.
 func (s *Signer) Close() error {

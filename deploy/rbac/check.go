@@ -187,6 +187,26 @@ func Expectations(in Input) []Check {
 		s.add(false, "the node agent's ServiceAccount has no bindings", "list", certificates, "certificatesigningrequests", "", "", "")
 		s.add(false, "the node agent's ServiceAccount has no bindings", "sign", certificates, "signers", "", foreign, "")
 	}
+	if in.CAAdmin {
+		s := newSA(&out, ns, CAAdminName)
+		secrets(s)
+		for _, v := range []string{"get", "list", "watch", "create", "update"} {
+			s.add(true, "keyward ca and keyward trust write Authorities' specs", v, keyward, "authorities", "", "", "")
+		}
+		s.add(false, "never deletes an Authority (a generation's history is kept)", "delete", keyward, "authorities", "", "", "")
+		s.add(false, "never status: keyCheck and the phase record are the signer's and publisher's", "patch", keyward, "authorities", "status", "", "")
+		s.add(false, "never status: keyCheck and the phase record are the signer's and publisher's", "update", keyward, "authorities", "status", "", "")
+		s.add(true, "keyward trust status reads the bundles", "list", certificates, "clustertrustbundles", "", "", "")
+		s.add(false, "never publishes bundles (the trust publisher does)", "create", certificates, "clustertrustbundles", "", "", "")
+		s.add(false, "never deletes bundles", "delete", certificates, "clustertrustbundles", "", "", "")
+		for _, n := range sortedUnique(own, l(foreign)) {
+			s.add(false, "signs nothing through the apiserver", "sign", certificates, "signers", "", n, "")
+			s.add(false, "attests nothing", "attest", certificates, "signers", "", n, "")
+			s.add(false, "approves nothing", "approve", certificates, "signers", "", n, "")
+		}
+		s.add(false, "no PCRs", "list", certificates, "podcertificaterequests", "", "", "")
+		s.add(false, "no Leases", "create", coordination, "leases", "", "", ns)
+	}
 	return append(out, IsolationChecks(in)...)
 }
 

@@ -42,7 +42,7 @@ func baseFilesInput(t *testing.T) Input {
 		t.Fatal(err)
 	}
 	s, a, ts := FromSignerConfig(sc), ApproverFromSignerConfig(sc), FromTokenServiceConfig(tc)
-	return Input{Namespace: DefaultNamespace, Signer: &s, Approver: &a, TokenService: &ts, NodeAgent: true}
+	return Input{Namespace: DefaultNamespace, Signer: &s, Approver: &a, TokenService: &ts, NodeAgent: true, CAAdmin: true}
 }
 
 func TestBaseRBACFileIsCurrent(t *testing.T) {

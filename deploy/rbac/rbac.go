@@ -34,6 +34,7 @@ const (
 	ApproverName     = "keyward-approver"
 	TokenServiceName = "keyward-token-service"
 	NodeAgentName    = "keyward-node-agent"
+	CAAdminName      = "keyward-ca-admin"
 )
 
 // Input says what each component is configured to do.
@@ -43,6 +44,11 @@ type Input struct {
 	Approver     *ApproverInput     // nil: no approver
 	TokenService *TokenServiceInput // nil: no token service
 	NodeAgent    bool               // true: its ServiceAccount (no bindings: it acts as the node)
+	// CAAdmin: the keyward-ca-admin ServiceAccount and ClusterRole, for
+	// the short-lived Job that runs keyward ca and keyward trust where the
+	// HSM is reachable (docs/production/ca-admin.md). The ClusterRole can be
+	// bound to people too.
+	CAAdmin bool
 	// AuthorityNames maps a signer name to its Authority's name where that
 	// is not AuthorityName's derived one (`keyward ca init --authority`).
 	// Writes on Authorities are granted on exactly these names.
@@ -154,8 +160,8 @@ func (in *Input) validate() error {
 	if in.Namespace == "" {
 		return fmt.Errorf("%w: namespace is empty", ErrInvalidInput)
 	}
-	if in.Signer == nil && in.Approver == nil && in.TokenService == nil && !in.NodeAgent {
-		return fmt.Errorf("%w: no component to render (a signer, an approver, a token service or the node agent)", ErrInvalidInput)
+	if in.Signer == nil && in.Approver == nil && in.TokenService == nil && !in.NodeAgent && !in.CAAdmin {
+		return fmt.Errorf("%w: no component to render (a signer, an approver, a token service, the node agent or the CA admin)", ErrInvalidInput)
 	}
 	if s := in.Signer; s != nil && len(s.PCRSigners)+len(s.CSRSigners) == 0 {
 		return fmt.Errorf("%w: the signer has no signer names", ErrInvalidInput)
@@ -308,6 +314,18 @@ func tokenServiceRules(in *Input, t *TokenServiceInput) []rule {
 	return rules
 }
 
+// caAdminRules are what keyward ca init/import and keyward trust need:
+// add generations to Authorities (create or update) and move their phases
+// (update), and read the trust publisher's bundles for keyward trust
+// status. Nothing on status, Secrets, Leases or requests: it signs nothing
+// but the roots it makes, with keys it opens itself.
+func caAdminRules() []rule {
+	return []rule{
+		r("keyward ca init/import: create a signer's Authority or add a generation to it; keyward trust: move generations through their phases (spec only).", l(keyward), l("authorities"), nil, l("get", "list", "watch", "create", "update")),
+		r("keyward trust status: read the trust publisher's bundles and its record of phases.", l(certificates), l("clustertrustbundles"), nil, l("get", "list", "watch")),
+	}
+}
+
 func leaseRules(lease string) []rule {
 	return []rule{
 		r("Leader election: create its Lease (create cannot be narrowed by name).", l(coordination), l("leases"), nil, l("create")),
@@ -423,6 +441,25 @@ func render(in Input) ([]object, error) {
 				AutomountServiceAccountToken: &no,
 			},
 		})
+	}
+	if in.CAAdmin {
+		lb := labels("ca-admin", CAAdminName)
+		out = append(out,
+			object{
+				comment: "The CA administrator: `keyward ca` and `keyward trust` in a short-lived Job where the HSM or KMS is reachable (docs/production/ca-admin.md). The ClusterRole may also be bound to people.",
+				obj: &corev1.ServiceAccount{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+					ObjectMeta: metav1.ObjectMeta{Name: CAAdminName, Namespace: ns, Labels: lb},
+				},
+			},
+			object{obj: clusterRole(CAAdminName, lb, caAdminRules())},
+			object{obj: &rbacv1.ClusterRoleBinding{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+				ObjectMeta: metav1.ObjectMeta{Name: CAAdminName, Labels: lb},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: CAAdminName},
+				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: CAAdminName, Namespace: ns}},
+			}},
+		)
 	}
 	return out, nil
 }

@@ -31,16 +31,26 @@ import (
 // gcpPermissions maps each Cloud KMS RPC to the IAM permission it needs
 // (cloud.google.com/kms/docs/reference/permissions-and-roles).
 var gcpPermissions = map[string]string{
-	gcpkmsfake.GetCryptoKey:           "cloudkms.cryptoKeys.get",
-	gcpkmsfake.GetCryptoKeyVersion:    "cloudkms.cryptoKeyVersions.get",
-	gcpkmsfake.GetPublicKey:           "cloudkms.cryptoKeyVersions.viewPublicKey",
-	gcpkmsfake.CreateCryptoKeyVersion: "cloudkms.cryptoKeyVersions.create",
-	gcpkmsfake.AsymmetricSign:         "cloudkms.cryptoKeyVersions.useToSign",
+	gcpkmsfake.GetCryptoKey:            "cloudkms.cryptoKeys.get",
+	gcpkmsfake.GetCryptoKeyVersion:     "cloudkms.cryptoKeyVersions.get",
+	gcpkmsfake.GetPublicKey:            "cloudkms.cryptoKeyVersions.viewPublicKey",
+	gcpkmsfake.CreateCryptoKeyVersion:  "cloudkms.cryptoKeyVersions.create",
+	gcpkmsfake.AsymmetricSign:          "cloudkms.cryptoKeyVersions.useToSign",
+	gcpkmsfake.DestroyCryptoKeyVersion: "cloudkms.cryptoKeyVersions.destroy",
 }
 
 // awsActions are the AWS KMS actions the fake serves; the IAM action is
 // "kms:" + the API action.
-var awsActions = []string{awskmsfake.DescribeKey, awskmsfake.GetPublicKey, awskmsfake.CreateKey, awskmsfake.Sign}
+var awsActions = []string{awskmsfake.DescribeKey, awskmsfake.GetPublicKey, awskmsfake.CreateKey, awskmsfake.Sign, awskmsfake.ScheduleKeyDeletion}
+
+// destroyCreated is what keyward ca init does with the key it created
+// when the cluster then refuses the generation (backends.Destroyer).
+func destroyCreated(t *testing.T, s backends.Signer) {
+	t.Helper()
+	if _, err := s.(backends.Destroyer).Destroy(context.Background()); err != nil {
+		t.Fatalf("destroying the created key: %v", err)
+	}
+}
 
 const gcpRing = "projects/keyward-docs/locations/europe-west1/keyRings/ca"
 
@@ -179,13 +189,17 @@ func TestGCPKMSGuideListsExactlyThePermissionsTheBackendUses(t *testing.T) {
 			},
 		},
 		{
-			name: "ca-init", // keyward ca init --create-key: a new version, then the root signed with it
+			// keyward ca init --create-key: a new version, then the root
+			// signed with it; the version destroyed if the cluster refuses
+			// the generation.
+			name: "ca-init",
 			do: func(t *testing.T, p *gcpkms.Provider, srv *gcpkmsfake.Server) {
 				s, err := p.CreateKey(context.Background(), backends.CreateKeyRequest{URI: "gcpkms:" + gcpRing + "/cryptoKeys/ca", Algorithm: backends.ECDSAP256SHA256})
 				if err != nil {
 					t.Fatal(err)
 				}
 				signOnce(t, s)
+				destroyCreated(t, s)
 			},
 		},
 	}
@@ -229,6 +243,7 @@ func TestAWSKMSGuideListsExactlyTheActionsTheBackendCalls(t *testing.T) {
 					t.Fatal(err)
 				}
 				signOnce(t, s)
+				destroyCreated(t, s) // when the cluster refuses the generation
 			},
 		},
 	}

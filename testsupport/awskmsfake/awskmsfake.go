@@ -6,7 +6,7 @@
 // non-JSON 5xx answers, latency, wrong signatures, answers naming another key
 // or algorithm.
 //
-// It serves DescribeKey, GetPublicKey, CreateKey and Sign, written from the
+// It serves DescribeKey, GetPublicKey, CreateKey, Sign and ScheduleKeyDeletion, written from the
 // AWS KMS API reference, not from the backend under test: keys are regional
 // (the region is the one in the request's SigV4 credential scope), are
 // addressed by key id, key ARN, alias name or alias ARN, and Sign checks key
@@ -46,6 +46,10 @@ const (
 	GetPublicKey = "GetPublicKey"
 	CreateKey    = "CreateKey"
 	Sign         = "Sign"
+	// ScheduleKeyDeletion makes the key PendingDeletion (7 to 30 days,
+	// default 30, as the service); it then neither signs nor shows its
+	// public key.
+	ScheduleKeyDeletion = "ScheduleKeyDeletion"
 )
 
 // Always, as Inject's times, injects the fault into every call until
@@ -280,6 +284,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		out, aerr = s.createKey(region, body)
 	case Sign:
 		out, aerr = s.sign(region, body, f)
+	case ScheduleKeyDeletion:
+		out, aerr = s.scheduleKeyDeletion(region, body)
 	}
 	if aerr != nil {
 		s.writeError(w, aerr)
@@ -304,7 +310,7 @@ func (s *Server) readRequest(r *http.Request) (action, region string, body []byt
 	}
 	target := r.Header.Get("X-Amz-Target")
 	action, ok := strings.CutPrefix(target, "TrentService.")
-	if !ok || !slices.Contains([]string{DescribeKey, GetPublicKey, CreateKey, Sign}, action) {
+	if !ok || !slices.Contains([]string{DescribeKey, GetPublicKey, CreateKey, Sign, ScheduleKeyDeletion}, action) {
 		return "", "", nil, fail("UnknownOperationException", "X-Amz-Target %q", target)
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-amz-json-1.1" {
@@ -383,6 +389,7 @@ type metadata struct {
 	EncryptionAlgorithms  []string `json:",omitempty"`
 	MacAlgorithms         []string `json:",omitempty"`
 	MultiRegion           bool
+	DeletionDate          float64 `json:",omitempty"` // epoch seconds
 }
 
 func decode(body []byte, v any) *apiError {
@@ -539,6 +546,36 @@ func (s *Server) createKey(region string, body []byte) (any, *apiError) {
 	s.keys[k.meta.KeyId] = k
 	s.mu.Unlock()
 	return map[string]any{"KeyMetadata": k.meta}, nil
+}
+
+func (s *Server) scheduleKeyDeletion(region string, body []byte) (any, *apiError) {
+	var req struct {
+		KeyId               string
+		PendingWindowInDays *int
+	}
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	days := 30
+	if req.PendingWindowInDays != nil {
+		days = *req.PendingWindowInDays
+	}
+	if days < 7 || days > 30 {
+		return nil, fail("ValidationException", "1 validation error detected: Value '%d' at 'pendingWindowInDays' failed to satisfy constraint: Member must have value between 7 and 30", days)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, err := s.lookup(region, req.KeyId)
+	if err != nil {
+		return nil, err
+	}
+	if k.meta.KeyState == "PendingDeletion" {
+		return nil, fail("KMSInvalidStateException", "%s is pending deletion.", k.meta.Arn)
+	}
+	when := time.Now().Add(time.Duration(days) * 24 * time.Hour)
+	k.meta.KeyState, k.meta.Enabled = "PendingDeletion", false
+	k.meta.DeletionDate = float64(when.Unix())
+	return map[string]any{"KeyId": k.meta.Arn, "KeyState": k.meta.KeyState, "DeletionDate": k.meta.DeletionDate, "PendingWindowInDays": days}, nil
 }
 
 func (s *Server) sign(region string, body []byte, f Fault) (any, *apiError) {

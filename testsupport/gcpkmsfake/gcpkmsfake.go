@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/kms/apiv1/kmspb"
 	"github.com/keyward/keyward/internal/crc32c"
@@ -48,6 +49,10 @@ const (
 	GetPublicKey           = "GetPublicKey"
 	CreateCryptoKeyVersion = "CreateCryptoKeyVersion"
 	AsymmetricSign         = "AsymmetricSign"
+	// DestroyCryptoKeyVersion schedules a version's destruction 24 hours
+	// on (the service's default destroy-scheduled duration); it then signs
+	// nothing.
+	DestroyCryptoKeyVersion = "DestroyCryptoKeyVersion"
 )
 
 // ChecksumMismatchMessage is Cloud KMS's INVALID_ARGUMENT message for a
@@ -341,6 +346,28 @@ func (s *Server) CreateCryptoKeyVersion(ctx context.Context, req *kmspb.CreateCr
 		out.Name = otherVersion(out.Name)
 	}
 	return out, nil
+}
+
+// DestroyCryptoKeyVersion makes an ENABLED or DISABLED version
+// DESTROY_SCHEDULED, 24 hours on.
+func (s *Server) DestroyCryptoKeyVersion(ctx context.Context, req *kmspb.DestroyCryptoKeyVersionRequest) (*kmspb.CryptoKeyVersion, error) {
+	if _, err := s.begin(ctx, DestroyCryptoKeyVersion); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.version(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	switch st := v.pb.GetState(); st {
+	case kmspb.CryptoKeyVersion_ENABLED, kmspb.CryptoKeyVersion_DISABLED:
+	default:
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not enabled or disabled, current state is: %s.", req.GetName(), st)
+	}
+	v.pb.State = kmspb.CryptoKeyVersion_DESTROY_SCHEDULED
+	v.pb.DestroyTime = timestamppb.New(time.Now().Add(24 * time.Hour))
+	return proto.CloneOf(v.pb), nil
 }
 
 // AsymmetricSign signs a digest (Ed25519 and raw PKCS#1: data) with an

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/keyward/keyward/backends"
 	"github.com/keyward/keyward/backends/all"
+	"github.com/keyward/keyward/backends/pkcs11"
+	"github.com/keyward/keyward/backends/uri"
 	"github.com/keyward/keyward/ca"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
@@ -19,9 +22,12 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -43,7 +49,7 @@ type backendFlags struct {
 }
 
 func (b *backendFlags) addFlags(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVar(&b.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: SoftHSM2's usual paths)")
+	cmd.Flags().StringSliceVar(&b.modules, "pkcs11-module", nil, "allowed PKCS#11 module paths (default: --config's backends.pkcs11.allowedModules, else SoftHSM2's usual paths; the module-path of --key-uri is always allowed)")
 	cmd.Flags().StringVar(&b.gcpEndpoint, "gcpkms-emulator", "", "host:port of a Cloud KMS emulator or test server (plaintext, no credentials)")
 }
 
@@ -128,6 +134,9 @@ func (o *caOptions) Complete() error {
 		if err != nil {
 			return err
 		}
+		if len(o.backends.modules) == 0 {
+			o.backends.modules = slices.Clone(cfg.Backends.PKCS11.AllowedModules)
+		}
 		for _, s := range cfg.Signers {
 			if s.Name == o.signer {
 				o.leafMax = s.MaxLifetime.Duration
@@ -139,7 +148,30 @@ func (o *caOptions) Complete() error {
 	default:
 		o.leafMax = config.DefaultMaxLifetime
 	}
+	o.allowKeyURIModule()
 	return nil
+}
+
+// allowKeyURIModule adds the PKCS#11 module --key-uri names to the allowed
+// modules. The signer loads only its configured modules because key URIs
+// reach it from Authorities others may write; --key-uri is typed by the
+// operator running this command, who could as well pass --pkcs11-module.
+// Without this an HSM vendor's module is refused unless repeated in a flag.
+func (o *caOptions) allowKeyURIModule() {
+	u, err := uri.Parse(o.keyURI)
+	if err != nil || u.Scheme != "pkcs11" {
+		return
+	}
+	m := u.Query["module-path"]
+	if m == "" {
+		return
+	}
+	if len(o.backends.modules) == 0 {
+		o.backends.modules = pkcs11.DefaultAllowedModules()
+	}
+	if !slices.Contains(o.backends.modules, m) {
+		o.backends.modules = append(o.backends.modules, m)
+	}
 }
 
 func (o *caOptions) Validate() error {
@@ -217,6 +249,39 @@ func (o *caOptions) resolve(ctx context.Context, ac *authclient.Client) (target,
 		return target{}, fmt.Errorf("reading Authority %s: %w", name, err)
 	}
 	return target{name: name}, nil
+}
+
+// checkWriteAccess asks the apiserver (SelfSubjectAccessReview) whether the
+// caller may write tgt: create the Authority, or update the existing one.
+// It runs before any key is made, so that a caller without the grant (the
+// signer's own ServiceAccount, say) is told so and leaves no key behind.
+func checkWriteAccess(ctx context.Context, cs kubernetes.Interface, tgt target) error {
+	verb := "update"
+	if tgt.existing == nil {
+		verb = "create"
+	}
+	ra := &authorizationv1.ResourceAttributes{Group: v1alpha1.GroupName, Resource: v1alpha1.Resource.Resource, Verb: verb, Name: tgt.name}
+	if verb == "create" {
+		ra.Name = "" // RBAC cannot restrict create by name
+	}
+	r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: ra},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("asking the apiserver whether you may %s authorities.%s (before any key is made): %w", verb, v1alpha1.GroupName, err)
+	}
+	if r.Status.Allowed {
+		return nil
+	}
+	who := "you"
+	if ssr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil {
+		who = fmt.Sprintf("%q", ssr.Status.UserInfo.Username)
+	}
+	what := "authorities." + v1alpha1.GroupName
+	if ra.Name != "" {
+		what += " " + ra.Name
+	}
+	return fmt.Errorf("%s may not %s %s, so nothing was done and no key was made: run keyward ca as an identity bound to the keyward-ca-admin ClusterRole (docs/production/ca-admin.md)", who, verb, what)
 }
 
 func checkNewGeneration(a *v1alpha1.Authority, gen string) error {

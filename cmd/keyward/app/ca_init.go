@@ -17,6 +17,7 @@ import (
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 type caInitOptions struct {
@@ -161,7 +162,7 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 			return nil
 		})
 	}
-	ac, _, err := o.kube.clients()
+	ac, cs, err := o.kube.clients()
 	if err != nil {
 		return err
 	}
@@ -179,24 +180,62 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 	if err := ca.CheckLifetime(o.lifetime, o.leafMax, tgt.windows()); err != nil {
 		return err
 	}
+	if err := checkWriteAccess(ctx, cs, tgt); err != nil {
+		return err
+	}
 	return o.withKey(ctx, o.openKey, func(key backends.Signer) error {
 		root, err := ca.SelfSign(ctx, key, o.cert)
-		if err != nil {
-			return err
-		}
-		a, err := o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: ca.EncodePEM(root)})
-		if err != nil {
-			if o.createKey {
-				return fmt.Errorf("%w (the key was created: re-run with --key-uri '%s' and without --create-key)", err, key.URI())
+		if err == nil {
+			var a *v1alpha1.Authority
+			a, err = o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: ca.EncodePEM(root)})
+			if err == nil {
+				if err := printAdded(out, a, o.generation, key); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(out, "root: %q, valid %s to %s, path length %d\n", root.Subject, root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), root.MaxPathLen)
+				return err
 			}
-			return err
 		}
-		if err := printAdded(out, a, o.generation, key); err != nil {
-			return err
+		if o.createKey {
+			return o.destroyCreated(ac, tgt.name, key, err)
 		}
-		_, err = fmt.Fprintf(out, "root: %q, valid %s to %s, path length %d\n", root.Subject, root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), root.MaxPathLen)
 		return err
 	})
+}
+
+// destroyCreated destroys the key ca init created, after the root or the
+// generation failed (cause): a failed try leaves no orphaned key in the HSM
+// or KMS. A write that failed may still have landed (a timeout after the
+// apiserver stored it), so the Authority is read again first, and a key
+// it names, or a read that fails, keeps the key. The cleanup gets its own
+// short deadline, since cause is often the command's own deadline.
+func (o *caInitOptions) destroyCreated(ac *authclient.Client, authority string, key backends.Signer, cause error) error {
+	keep := func(why string) error {
+		return fmt.Errorf("%w (the key %s was created and is kept, %s: re-run with --key-uri '%s' and without --create-key, or remove it)", cause, key.URI(), why, key.URI())
+	}
+	d, ok := key.(backends.Destroyer)
+	if !ok {
+		return keep("its backend cannot destroy keys")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := ac.Get(ctx, authority)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return keep(fmt.Sprintf("since Authority %s could not be read again to rule out that it names the key (%v)", authority, err))
+	default:
+		for _, g := range a.Spec.Generations {
+			if g.KeyURI == key.URI() {
+				return keep(fmt.Sprintf("since Authority %s names it in generation %s", authority, g.Name))
+			}
+		}
+	}
+	what, err := d.Destroy(ctx)
+	if err != nil {
+		return fmt.Errorf("%w; destroying the key created for it failed too (%v): remove %s by hand", cause, err, key.URI())
+	}
+	return fmt.Errorf("%w (the key created for it is gone: %s)", cause, what)
 }
 
 // ErrGenerationKeyDiffers: --skip-if-present found generation GEN in the

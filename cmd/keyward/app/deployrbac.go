@@ -15,6 +15,7 @@ type deployRBACOptions struct {
 	approver             bool
 	tokenServiceConfig   string
 	nodeAgent            bool
+	caAdmin              bool
 	bootstrapAuthorities bool
 	authorities          map[string]string
 }
@@ -58,15 +59,16 @@ func newDeployRBACCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&o.approver, "approver", false, "render `keyward approver`'s RBAC for the names it decides in --signer-config")
 	cmd.Flags().StringVar(&o.tokenServiceConfig, "token-service-config", "", "the token service's TokenServiceConfiguration: renders its RBAC")
 	cmd.Flags().BoolVar(&o.nodeAgent, "node-agent", false, "render the node agent's ServiceAccount (no bindings: it acts as its node)")
+	cmd.Flags().BoolVar(&o.caAdmin, "ca-admin", false, "render the keyward-ca-admin ServiceAccount and ClusterRole: what keyward ca and keyward trust need (docs/production/ca-admin.md)")
 	cmd.Flags().BoolVar(&o.bootstrapAuthorities, "bootstrap-authorities", false, "let the signer create Authorities (its init container runs `keyward ca init`)")
 	cmd.Flags().StringToStringVar(&o.authorities, "authority", nil, "SIGNER=NAME: the Authority of signer name SIGNER is NAME, not the derived one (as with `keyward ca init --authority`); repeatable")
 	return cmd
 }
 
 func (o *deployRBACOptions) input() (rbac.Input, error) {
-	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent, AuthorityNames: o.authorities}
-	if o.signerConfig == "" && o.tokenServiceConfig == "" && !o.nodeAgent {
-		return in, fmt.Errorf("nothing to render: give --signer-config, --token-service-config or --node-agent")
+	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent, CAAdmin: o.caAdmin, AuthorityNames: o.authorities}
+	if o.signerConfig == "" && o.tokenServiceConfig == "" && !o.nodeAgent && !o.caAdmin {
+		return in, fmt.Errorf("nothing to render: give --signer-config, --token-service-config, --node-agent or --ca-admin")
 	}
 	if o.approver && o.signerConfig == "" {
 		return in, fmt.Errorf("--approver needs --signer-config (the approver reads the signer's configuration)")

@@ -22,7 +22,7 @@ func runDeployRBAC(t *testing.T, args ...string) (string, error) {
 func TestDeployRBACRendersTheBaseFile(t *testing.T) {
 	base := filepath.Join("..", "..", "..", "deploy", "kustomize", "base")
 	out, err := runDeployRBAC(t, "--namespace", "keyward", "--signer-config", filepath.Join(base, "signer-config.yaml"), "--approver",
-		"--token-service-config", filepath.Join(base, "token-service-config.yaml"), "--node-agent")
+		"--token-service-config", filepath.Join(base, "token-service-config.yaml"), "--node-agent", "--ca-admin")
 	if err != nil {
 		t.Fatal(err)
 	}
