@@ -281,7 +281,7 @@ func checkWriteAccess(ctx context.Context, cs kubernetes.Interface, tgt target) 
 	if ra.Name != "" {
 		what += " " + ra.Name
 	}
-	return fmt.Errorf("%s may not %s %s, so nothing was done and no key was made: run keyward ca as an identity bound to the keyward-ca-admin ClusterRole (docs/production/ca-admin.md)", who, verb, what)
+	return fmt.Errorf("%s may not %s %s, so nothing was done and no key was made or opened: run keyward ca as an identity bound to the keyward-ca-admin ClusterRole (docs/production/ca-admin.md)", who, verb, what)
 }
 
 func checkNewGeneration(a *v1alpha1.Authority, gen string) error {

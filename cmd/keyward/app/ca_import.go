@@ -64,12 +64,15 @@ func (o *caImportOptions) Run(ctx context.Context, out io.Writer) error {
 		}
 		certs = append(certs, parsed...)
 	}
-	ac, _, err := o.kube.clients()
+	ac, cs, err := o.kube.clients()
 	if err != nil {
 		return err
 	}
 	tgt, err := o.resolve(ctx, ac)
 	if err != nil {
+		return err
+	}
+	if err := checkWriteAccess(ctx, cs, tgt); err != nil {
 		return err
 	}
 	return o.withKey(ctx, func(ctx context.Context, reg *backends.Registry) (backends.Signer, error) {
