@@ -38,17 +38,30 @@ RUN apt-get update \
  && printf 'directories.tokendir = /var/lib/softhsm/tokens\nobjectstore.backend = file\nlog.level = INFO\nslots.removable = false\n' > /etc/keyward/softhsm2.conf \
  && chown 65532:65532 /var/lib/softhsm/tokens && chmod 0750 /var/lib/softhsm/tokens
 ENV SOFTHSM2_CONF=/etc/keyward/softhsm2.conf
+ARG VERSION=devel
+ARG GIT_COMMIT=
+LABEL org.opencontainers.image.title="keyward" \
+      org.opencontainers.image.source="https://github.com/keyward/keyward" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${GIT_COMMIT}"
 COPY --from=build /out/keyward /usr/local/bin/keyward
 VOLUME ["/var/lib/softhsm/tokens"]
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/keyward"]
 
-# The default image: distroless cc (glibc, libgcc_s, libstdc++, CA
+# The default image (hack/release assembles the same one without an engine,
+# deploy/image.Assemble; a test keeps the two equal): distroless cc (glibc, libgcc_s, libstdc++, CA
 # certificates, /etc/passwd with nonroot), no shell, no package manager.
 # keyward itself links only libc.so.6; cc rather than base so that a network
 # HSM's PKCS#11 client library, which keyward dlopens and which is often C++,
 # finds libstdc++ and libgcc_s.
 FROM ${RUNTIME_IMAGE} AS runtime
+ARG VERSION=devel
+ARG GIT_COMMIT=
+LABEL org.opencontainers.image.title="keyward" \
+      org.opencontainers.image.source="https://github.com/keyward/keyward" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${GIT_COMMIT}"
 COPY --from=build /out/keyward /usr/local/bin/keyward
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/keyward"]

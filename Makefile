@@ -1,5 +1,9 @@
 # keyward — build, test and demo. `make help` lists the targets.
 
+# keyward's version (the VERSION file): make release stamps it into the
+# binaries, the image tag and the chart's version and appVersion; the
+# chart, the overlays and the docs carry it (deploy/image's tests check).
+VERSION        := $(shell cat VERSION)
 KUBE_VERSION   := v1.37.1
 CACHE_DIR      ?= $(or $(KEYWARD_CACHE_DIR),$(HOME)/.cache/keyward)
 CP_DIR         := $(CACHE_DIR)/controlplane/$(KUBE_VERSION)
@@ -29,6 +33,23 @@ KUSTOMIZE         := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
 export KEYWARD_CACHE_DIR := $(CACHE_DIR)
 export KEYWARD_HELM      := $(CURDIR)/bin/helm
 export KEYWARD_KUSTOMIZE := $(CURDIR)/bin/kustomize
+
+.PHONY: release release-deps
+DIST := dist
+CYCLONEDX_VERSION := v1.10.0
+CYCLONEDX         := $(TOOLS_DIR)/cyclonedx-gomod-$(CYCLONEDX_VERSION)
+
+release: release-deps tools $(CYCLONEDX) ## the release artifacts of VERSION into dist/: linux amd64+arm64 binaries (cgo), the runtime image (OCI archive, both architectures, no container engine), the chart package, a CycloneDX SBOM, SHA256SUMS (docs/release.md)
+	$(GO) run ./hack/release -version $(VERSION) -dist $(DIST) -helm $(HELM) -cyclonedx-gomod $(CYCLONEDX)
+
+release-deps: ## install what make release needs beyond make deps: Debian's arm64 cross compiler, and arm64 packages known to apt (for the arm64 image)
+	@./hack/install-deps.sh release
+
+$(CYCLONEDX):
+	@echo "tools: building cyclonedx-gomod $(CYCLONEDX_VERSION)"
+	@rm -f $(TOOLS_DIR)/cyclonedx-gomod-*
+	GOBIN=$(TOOLS_DIR)/cyclonedx.tmp $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_VERSION)
+	mv $(TOOLS_DIR)/cyclonedx.tmp/cyclonedx-gomod $@ && rmdir $(TOOLS_DIR)/cyclonedx.tmp
 
 .PHONY: help build registry test test-unit test-e2e test-node lint demo deps controlplane controller-manager node clean generate verify-generate
 
@@ -138,7 +159,14 @@ $(KUSTOMIZE):
 	GOBIN=$(TOOLS_DIR)/kustomize.tmp $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(TOOLS_DIR)/kustomize.tmp/kustomize $@ && rmdir $(TOOLS_DIR)/kustomize.tmp
 
-controlplane: $(KUBE_APISERVER) ## build kube-apiserver $(KUBE_VERSION) into the cache (once per version)
+controlplane: ## build kube-apiserver $(KUBE_VERSION) into the cache (once per version)
+	@# A binary built before the version flags reports v0.0.0-master (and
+	@# helm refuses charts whose kubeVersion it then fails): rebuilt, which
+	@# relinks only.
+	@if [ -x $(KUBE_APISERVER) ] && ! $(KUBE_APISERVER) --version | grep -qx 'Kubernetes $(KUBE_VERSION)'; then \
+		echo "controlplane: $(KUBE_APISERVER) reports $$($(KUBE_APISERVER) --version), not $(KUBE_VERSION): rebuilding"; \
+		GO=$(GO) ./hack/build-apiserver.sh $(KUBE_APISERVER); fi
+	@$(MAKE) --no-print-directory $(KUBE_APISERVER)
 
 # Keyed by version in the path: a new KUBE_VERSION builds anew, the same one
 # never rebuilds. The build lives in hack/tools so keyward's own module never
@@ -171,8 +199,8 @@ $(KUBE_CONTROLLER_MANAGER):
 	@mkdir -p $(CP_DIR)
 	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_CONTROLLER_MANAGER) kube-controller-manager
 
-clean: ## remove bin/ (the control-plane cache stays)
-	rm -rf bin
+clean: ## remove bin/ and dist/ (the control-plane cache stays)
+	rm -rf bin dist
 
 BENCH_COUNT ?= 5
 BENCH_OUT   ?= docs/bench

@@ -8,6 +8,27 @@
 # it prints one line and changes nothing. Without root and without sudo it
 # names the packages to install and fails.
 set -euo pipefail
+# `install-deps.sh release` (make release-deps): Debian's arm64 cross
+# compiler, and arm64 known to dpkg so that apt-get download fetches the
+# arm64 image's packages.
+if [ "${1:-}" = release ]; then
+  SUDO=
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  update=
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "release-deps: dpkg --add-architecture arm64 (for apt-get download of the arm64 image's packages)"
+    $SUDO dpkg --add-architecture arm64
+    update=1
+  fi
+  if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
+    echo "release-deps: installing gcc-aarch64-linux-gnu (cgo for linux/arm64)"
+    update=1
+  fi
+  [ -z "$update" ] || $SUDO apt-get update -qq
+  command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gcc-aarch64-linux-gnu
+  echo "release-deps: arm64 cross compiler and arm64 packages available"
+  exit 0
+fi
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v softhsm2-util >/dev/null 2>&1 || need+=(softhsm2)

@@ -128,3 +128,48 @@ func ExecForm(in Instruction) ([]string, error) {
 	}
 	return argv, nil
 }
+
+// StageLabels returns the labels stage name sets (LABEL key="value" ...),
+// with the stage's ARGs substituted: buildArgs (docker build --build-arg)
+// over their defaults.
+func (d *Dockerfile) StageLabels(name string, buildArgs map[string]string) (map[string]string, error) {
+	s, ok := d.Stage(name)
+	if !ok {
+		return nil, fmt.Errorf("no stage %s", name)
+	}
+	args := map[string]string{}
+	labels := map[string]string{}
+	for _, in := range s.Body {
+		switch in.Cmd {
+		case "ARG":
+			k, v, _ := strings.Cut(in.Args, "=")
+			if b, ok := buildArgs[k]; ok {
+				v = b
+			}
+			args[k] = v
+		case "LABEL":
+			rest := in.Args
+			for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimSpace(rest) {
+				k, after, ok := strings.Cut(rest, "=")
+				if !ok || strings.ContainsAny(k, " \t") {
+					return nil, fmt.Errorf("line %d: LABEL %s: want key=\"value\" pairs", in.Line, in.Args)
+				}
+				var v string
+				if strings.HasPrefix(after, `"`) {
+					end := strings.Index(after[1:], `"`)
+					if end < 0 {
+						return nil, fmt.Errorf("line %d: LABEL %s: unterminated quote", in.Line, in.Args)
+					}
+					v, rest = after[1:1+end], after[2+end:]
+				} else {
+					v, rest, _ = strings.Cut(after, " ")
+				}
+				for a, av := range args {
+					v = strings.ReplaceAll(v, "${"+a+"}", av)
+				}
+				labels[k] = v
+			}
+		}
+	}
+	return labels, nil
+}

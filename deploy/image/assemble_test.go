@@ -1,0 +1,311 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/keyward/keyward/testsupport/testregistry"
+)
+
+func cacheDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("KEYWARD_CACHE_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(home, ".cache", "keyward")
+}
+
+// assembled is the runtime image Assemble makes of the release binary for
+// this machine's architecture, from the Debian packages (downloaded once
+// into the cache).
+func assembled(t *testing.T) v1.Image {
+	t.Helper()
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Skip("dpkg-deb (Debian) is needed to unpack the image's packages")
+	}
+	debs, err := FetchDebs(filepath.Join(cacheDir(t), "debs", "bookworm-"+runtime.GOARCH), runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Assemble(Build{Arch: runtime.GOARCH, Binary: releaseBuilds(t)[0], Debs: debs, Version: testVersion, Revision: testCommit, Created: time.Unix(testEpoch, 0).UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// files reads the image's flattened file system: every path with its
+// header (and content for regular files under 16 MiB, and the binary).
+func files(t *testing.T, img v1.Image) (map[string]*tar.Header, map[string][]byte) {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	hdrs, data := map[string]*tar.Header{}, map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "/" + strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
+		hdrs[name] = h
+		if h.Typeflag == tar.TypeReg && (h.Size < 16<<20 || name == Binary) {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data[name] = b
+		}
+	}
+	return hdrs, data
+}
+
+// The two recipes of the runtime image agree in what matters: the
+// Dockerfile's runtime stage (distroless cc-debian12:nonroot + the binary)
+// and Assemble's (the Debian 12 packages distroless is made of + the same
+// binary). Entrypoint, user and labels are compared with the Dockerfile's
+// own instructions; what the Dockerfile takes from its base (working
+// directory, SSL_CERT_FILE, the nonroot user, glibc and libstdc++, the CA
+// bundle) is checked as distroless documents it.
+func TestAssembledImageMatchesTheDockerfile(t *testing.T) {
+	img := assembled(t)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ParseDockerfile(bytes.NewReader(readDockerfile(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := d.Stage("runtime")
+	var user string
+	var entrypoint []string
+	for _, in := range rt.Body {
+		switch in.Cmd {
+		case "USER":
+			user = in.Args
+		case "ENTRYPOINT":
+			if entrypoint, err = ExecForm(in); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if cf.Config.User != user {
+		t.Errorf("user %q, the Dockerfile's %q", cf.Config.User, user)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, entrypoint) || len(cf.Config.Cmd) != 0 {
+		t.Errorf("entrypoint %q cmd %q, the Dockerfile's %q and none", cf.Config.Entrypoint, cf.Config.Cmd, entrypoint)
+	}
+	want, err := d.StageLabels("runtime", map[string]string{"VERSION": testVersion, "GIT_COMMIT": testCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) == 0 {
+		t.Fatal("the Dockerfile's runtime stage sets no labels")
+	}
+	if got := cf.Config.Labels; !mapsEqual(got, want) {
+		t.Errorf("labels %v, the Dockerfile's %v", got, want)
+	}
+	if rt.Base != RuntimeBase {
+		t.Fatalf("the runtime stage is FROM %s: the checks below describe %s", rt.Base, RuntimeBase)
+	}
+	// What distroless cc-debian12:nonroot provides.
+	if cf.Config.WorkingDir != WorkingDir || !slices.Contains(cf.Config.Env, "SSL_CERT_FILE="+CABundle) || cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Errorf("config %+v, os %s/%s", cf.Config, cf.OS, cf.Architecture)
+	}
+
+	hdrs, data := files(t, img)
+	bin, ok := hdrs[Binary]
+	if !ok || bin.Mode&0o111 == 0 {
+		t.Fatalf("%s missing or not executable", Binary)
+	}
+	f, err := os.ReadFile(releaseBuilds(t)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data[Binary], f) {
+		t.Error("the image's binary is not the release build")
+	}
+	// Every library the binary links, and its interpreter, resolve in the
+	// image (following symlinks as the loader would).
+	libdir := map[string]string{"amd64": "/lib/x86_64-linux-gnu/", "arm64": "/lib/aarch64-linux-gnu/"}[runtime.GOARCH]
+	for _, lib := range []string{"libc.so.6", "libstdc++.so.6", "libgcc_s.so.1"} {
+		if resolve(hdrs, libdir+lib) == "" && resolve(hdrs, "/usr"+libdir+lib) == "" {
+			t.Errorf("%s is not in the image", lib)
+		}
+	}
+	for _, interp := range Interpreters {
+		if strings.Contains(interp, map[string]string{"amd64": "x86-64", "arm64": "aarch64"}[runtime.GOARCH]) && resolve(hdrs, interp) == "" {
+			t.Errorf("the dynamic loader %s is not in the image", interp)
+		}
+	}
+	if !strings.Contains(string(data["/etc/passwd"]), "nonroot:x:65532:65532:") {
+		t.Errorf("/etc/passwd has no nonroot 65532:\n%s", data["/etc/passwd"])
+	}
+	if h := hdrs[WorkingDir]; h == nil || h.Uid != 65532 {
+		t.Errorf("%s missing or not owned by 65532", WorkingDir)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data[CABundle]) || strings.Count(string(data[CABundle]), "BEGIN CERTIFICATE") < 100 {
+		t.Errorf("%s holds %d certificates", CABundle, strings.Count(string(data[CABundle]), "BEGIN CERTIFICATE"))
+	}
+	for name := range hdrs {
+		if strings.HasPrefix(name, "/usr/share/doc/") || name == "/bin/sh" {
+			t.Errorf("the image carries %s", name)
+		}
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// resolve follows symlinks in hdrs from p to a regular file ("" if none).
+func resolve(hdrs map[string]*tar.Header, p string) string {
+	for range 10 {
+		h, ok := hdrs[p]
+		if !ok {
+			// A parent directory may be a symlink (lib64 → …).
+			return ""
+		}
+		switch h.Typeflag {
+		case tar.TypeReg:
+			return p
+		case tar.TypeSymlink:
+			if strings.HasPrefix(h.Linkname, "/") {
+				p = h.Linkname
+			} else {
+				p = filepath.Join(filepath.Dir(p), h.Linkname)
+			}
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+// The assembled image runs: its file system, unpacked, is a root in which
+// the binary starts as user 65532 with nothing from this machine (chroot,
+// an empty environment but the image's) and prints the stamped version;
+// a second assembly of the same inputs has the same digest; and the OCI
+// archive names the image and holds the index.
+func TestAssembledImageRunsAndIsReproducible(t *testing.T) {
+	img := assembled(t)
+	dig, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := assembled(t)
+	if d2, _ := again.Digest(); d2 != dig {
+		t.Errorf("two assemblies of the same inputs: %s and %s", dig, d2)
+	}
+
+	idx, err := Index(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "image.oci.tar")
+	if err := WriteOCIArchive(archive, idx, "ghcr.io/keyward/keyward:"+testVersion, time.Unix(testEpoch, 0)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xf", archive, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("untar: %v\n%s", err, out)
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, _ := top.IndexManifest()
+	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["io.containerd.image.name"] != "ghcr.io/keyward/keyward:"+testVersion {
+		t.Fatalf("index.json: %+v", im.Manifests)
+	}
+
+	// Pushed to a registry (CNCF Distribution on loopback), the index and
+	// its image come back with the same digests.
+	reg := testregistry.StartOpen(t)
+	ref := reg.Host + "/keyward/keyward:" + testVersion
+	pushed, err := PushOCIArchive(archive, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := idx.Digest(); pushed != want {
+		t.Errorf("pushed index %s, the archive's %s", pushed, want)
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Image(r, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	if err != nil {
+		t.Fatalf("pulling %s back: %v", ref, err)
+	}
+	if d, _ := pulled.Digest(); d != dig {
+		t.Errorf("pulled image %s, assembled %s", d, dig)
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("running the image's binary in a chroot needs root")
+	}
+	root := t.TempDir()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	untar := exec.Command("tar", "-x", "-C", root)
+	untar.Stdin = rc
+	if out, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("unpacking the image: %v\n%s", err, out)
+	}
+	cf, _ := img.ConfigFile()
+	cmd := exec.Command("chroot", "--userspec="+cf.Config.User, root, cf.Config.Entrypoint[0], "version", "-o", "json")
+	cmd.Env = cf.Config.Env
+	cmd.Dir = "/"
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		t.Fatalf("the image's entrypoint failed: %v\n%s", err, ee.Stderr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Version, GitCommit string }
+	if err := json.Unmarshal(out, &v); err != nil || v.Version != testVersion {
+		t.Fatalf("keyward version in the image printed %q (%v)", out, err)
+	}
+}
