@@ -14,8 +14,11 @@ KUBE_CONTROLLER_MANAGER := $(CP_DIR)/kube-controller-manager
 # go.mod files (testsupport/node's tests check).
 CONTAINERD_VERSION := v2.4.2
 RUNC_VERSION       := v1.5.2
+CNI_PLUGINS_VERSION := v1.10.0
 KUBELET            := $(CACHE_DIR)/node/kubelet-$(KUBE_VERSION)/kubelet
 RUNTIME_DIR        := $(CACHE_DIR)/node/containerd-$(CONTAINERD_VERSION)-runc-$(RUNC_VERSION)
+CNI_DIR            := $(CACHE_DIR)/node/cni-plugins-$(CNI_PLUGINS_VERSION)
+KUBE_SCHEDULER     := $(CP_DIR)/kube-scheduler
 GO             ?= go
 SHELL          := /bin/bash
 .SHELLFLAGS    := -o pipefail -c
@@ -176,7 +179,7 @@ $(KUBE_APISERVER):
 	@mkdir -p $(CP_DIR)
 	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_APISERVER)
 
-node: $(KUBELET) $(RUNTIME_DIR)/runc ## build kubelet $(KUBE_VERSION), containerd $(CONTAINERD_VERSION) and runc $(RUNC_VERSION) into the cache (once per version)
+node: $(KUBELET) $(RUNTIME_DIR)/runc $(CNI_DIR)/portmap $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) ## build kubelet $(KUBE_VERSION), containerd $(CONTAINERD_VERSION), runc $(RUNC_VERSION), the CNI plugins $(CNI_PLUGINS_VERSION), kube-controller-manager and kube-scheduler into the cache (once per version)
 
 # kubelet comes from hack/tools like kube-apiserver (minutes cold, most
 # packages shared); containerd, its shim, ctr and runc from hack/node. runc
@@ -185,6 +188,18 @@ $(KUBELET):
 	@echo "building kubelet $(KUBE_VERSION) into $(dir $@) (minutes cold; progress every 15s)"
 	@mkdir -p $(dir $@)
 	@GO=$(GO) ./hack/build-apiserver.sh $@ kubelet
+
+# The pods' network on the node (bridge, host-local, loopback, portmap),
+# from hack/cni; portmap is built last, so its presence says the set is whole.
+$(CNI_DIR)/portmap:
+	@echo "building the CNI plugins $(CNI_PLUGINS_VERSION) into $(CNI_DIR) (about a minute cold)"
+	@GO=$(GO) ./hack/build-cni.sh $(CNI_DIR)
+
+# The node's cluster runs Deployments and schedules pods like a real one.
+$(KUBE_SCHEDULER):
+	@echo "building kube-scheduler $(KUBE_VERSION) into $(CP_DIR) (minutes; progress every 15s)"
+	@mkdir -p $(CP_DIR)
+	@GO=$(GO) ./hack/build-apiserver.sh $@ kube-scheduler
 
 $(RUNTIME_DIR)/runc:
 	@echo "building containerd $(CONTAINERD_VERSION) and runc $(RUNC_VERSION) into $(RUNTIME_DIR) (about 6 minutes cold)"

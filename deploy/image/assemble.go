@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -40,6 +41,29 @@ import (
 // /etc/services and /etc/protocols, and time zones.
 var RuntimePackages = []string{"libc6", "libgcc-s1", "libstdc++6", "ca-certificates", "netbase", "tzdata"}
 
+// SoftHSMPackages are the Debian 12 packages of the SoftHSM2 variant
+// (-softhsm, for CI clusters) beyond RuntimePackages: SoftHSM2 and the
+// libraries it links, and the shell and tools the softhsm overlay's init
+// script (softhsm-init.sh) runs: dash as /bin/sh, coreutils' tr.
+var SoftHSMPackages = []string{"softhsm2", "libsofthsm2", "softhsm2-common", "libssl3", "libsqlite3-0",
+	"dash", "coreutils", "libacl1", "libattr1", "libselinux1", "libpcre2-8-0", "libgmp10"}
+
+// The SoftHSM2 variant's files and settings, as the Dockerfile's softhsm
+// stage makes them.
+const (
+	SoftHSMConfPath = "/etc/keyward/softhsm2.conf"
+	SoftHSMConf     = "directories.tokendir = /var/lib/softhsm/tokens\nobjectstore.backend = file\nlog.level = INFO\nslots.removable = false\n"
+	SoftHSMModule   = "/usr/lib/softhsm/libsofthsm2.so"
+)
+
+// Packages returns the Debian packages of variant ("" or "softhsm").
+func Packages(variant string) []string {
+	if variant == "softhsm" {
+		return append(slices.Clone(RuntimePackages), SoftHSMPackages...)
+	}
+	return RuntimePackages
+}
+
 // The runtime image's configuration, as distroless nonroot sets it and the
 // Dockerfile adds to it.
 const (
@@ -65,9 +89,13 @@ func Labels(version, revision string) map[string]string {
 
 // Build says what to assemble for one architecture.
 type Build struct {
-	Arch     string   // GOARCH: amd64 or arm64
+	Arch string // GOARCH: amd64 or arm64
+	// Variant is "" (the runtime image) or "softhsm" (the SoftHSM2
+	// variant: more packages, a shell, the token directory and SoftHSM2's
+	// configuration).
+	Variant  string
 	Binary   string   // the release binary (hack/build-release.sh) for Arch
-	Debs     []string // the .deb files of RuntimePackages for Arch
+	Debs     []string // the .deb files of Packages(Variant) for Arch
 	Version  string
 	Revision string
 	// Created is every file's and the image's time (SOURCE_DATE_EPOCH), so
@@ -90,7 +118,10 @@ func Assemble(b Build) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := baseFilesLayer(certs, b.Created)
+	if b.Variant != "" && b.Variant != "softhsm" {
+		return nil, fmt.Errorf("variant %q: want \"\" or softhsm", b.Variant)
+	}
+	base, err := baseFilesLayer(certs, b.Created, b.Variant)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +135,7 @@ func Assemble(b Build) (v1.Image, error) {
 	for _, l := range []struct {
 		layer []byte
 		what  string
-	}{{pkgs, "Debian 12 packages: " + strings.Join(RuntimePackages, " ")}, {base, "distroless base files: users, home, /tmp, CA bundle"}, {binLayer, "COPY keyward " + Binary}} {
+	}{{pkgs, "Debian 12 packages: " + strings.Join(Packages(b.Variant), " ")}, {base, "base files: users, home, /tmp, CA bundle" + map[string]string{"softhsm": ", /bin/sh, SoftHSM2 configuration and token directory"}[b.Variant]}, {binLayer, "COPY keyward " + Binary}} {
 		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(l.layer)), nil },
 			tarball.WithMediaType(types.OCILayer))
 		if err != nil {
@@ -128,6 +159,12 @@ func Assemble(b Build) (v1.Image, error) {
 	cf.Config.User = User
 	cf.Config.WorkingDir = WorkingDir
 	cf.Config.Env = []string{PathEnv, "SSL_CERT_FILE=" + CABundle}
+	if b.Variant == "softhsm" {
+		// debian:bookworm-slim sets only PATH and no working directory.
+		cf.Config.WorkingDir = ""
+		cf.Config.Env = []string{PathEnv, "SOFTHSM2_CONF=" + SoftHSMConfPath}
+		cf.Config.Volumes = map[string]struct{}{TokenDir: {}}
+	}
 	cf.Config.Labels = Labels(b.Version, b.Revision)
 	return mutate.ConfigFile(img, cf)
 }
@@ -137,6 +174,7 @@ type file struct {
 	mode     int64
 	uid, gid int
 	dir      bool
+	link     string // a symbolic link to link
 	data     []byte
 }
 
@@ -156,8 +194,11 @@ func layerOf(at time.Time, files ...file) ([]byte, error) {
 	}
 	for _, f := range files {
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: f.mode, Uid: f.uid, Gid: f.gid, Size: int64(len(f.data)), ModTime: at, Format: tar.FormatPAX}
-		if f.dir {
+		switch {
+		case f.dir:
 			h.Typeflag, h.Name, h.Size = tar.TypeDir, f.name+"/", 0
+		case f.link != "":
+			h.Typeflag, h.Linkname, h.Size, h.Mode = tar.TypeSymlink, f.link, 0, 0o777
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
@@ -176,16 +217,27 @@ func layerOf(at time.Time, files ...file) ([]byte, error) {
 // packages: root, nobody and nonroot (65532) in passwd and group, their
 // homes, /tmp, nsswitch.conf for Go's resolver, and the CA bundle
 // update-ca-certificates would write.
-func baseFilesLayer(certs []byte, at time.Time) ([]byte, error) {
-	return layerOf(at,
-		file{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-		file{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
-		file{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("hosts: files dns\n")},
-		file{name: strings.TrimPrefix(CABundle, "/"), mode: 0o644, data: certs},
-		file{name: "root", mode: 0o700, dir: true},
-		file{name: "home/nonroot", mode: 0o700, uid: 65532, gid: 65532, dir: true},
-		file{name: "tmp", mode: 0o1777, dir: true},
-	)
+// The softhsm variant adds /bin/sh (dash's maintainer script makes it on
+// Debian), SoftHSM2's configuration and the token directory, owned by
+// 65532 and private to it.
+func baseFilesLayer(certs []byte, at time.Time, variant string) ([]byte, error) {
+	var extra []file
+	if variant == "softhsm" {
+		extra = []file{
+			{name: "bin/sh", link: "dash"},
+			{name: strings.TrimPrefix(SoftHSMConfPath, "/"), mode: 0o644, data: []byte(SoftHSMConf)},
+			{name: strings.TrimPrefix(TokenDir, "/"), mode: 0o750, uid: 65532, gid: 65532, dir: true},
+		}
+	}
+	return layerOf(at, append([]file{
+		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
+		{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("hosts: files dns\n")},
+		{name: strings.TrimPrefix(CABundle, "/"), mode: 0o644, data: certs},
+		{name: "root", mode: 0o700, dir: true},
+		{name: "home/nonroot", mode: 0o700, uid: 65532, gid: 65532, dir: true},
+		{name: "tmp", mode: 0o1777, dir: true},
+	}, extra...)...)
 }
 
 // skipped are package paths the image leaves out, as distroless does.
@@ -345,18 +397,23 @@ func WriteOCIArchive(archive string, idx v1.ImageIndex, ref string, at time.Time
 	return errors.Join(tw.Close(), f.Close())
 }
 
-// FetchDebs downloads RuntimePackages for arch into dir with apt-get
+// FetchDebs downloads packages for arch into dir with apt-get
 // download (the versions the machine's Debian 12 sources serve), unless
 // each is there already, and returns their paths (of several files of one
 // package, the last in name order).
-func FetchDebs(dir, arch string) ([]string, error) {
+func FetchDebs(dir, arch string, packages []string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var missing []string
-	for _, p := range RuntimePackages {
+	for _, p := range packages {
 		if m, _ := filepath.Glob(filepath.Join(dir, p+"_*.deb")); len(m) == 0 {
-			missing = append(missing, p+":"+arch)
+			// An Architecture: all package has no p:arch candidate.
+			if out, _ := exec.Command("apt-cache", "show", "--no-all-versions", p).Output(); regexp.MustCompile(`(?m)^Architecture: all$`).Match(out) {
+				missing = append(missing, p)
+			} else {
+				missing = append(missing, p+":"+arch)
+			}
 		}
 	}
 	if len(missing) > 0 {
@@ -379,7 +436,7 @@ func FetchDebs(dir, arch string) ([]string, error) {
 		}
 	}
 	var debs []string
-	for _, p := range RuntimePackages {
+	for _, p := range packages {
 		m, _ := filepath.Glob(filepath.Join(dir, p+"_*.deb"))
 		if len(m) == 0 {
 			return nil, fmt.Errorf("%s: no %s package after apt-get download", dir, p)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -40,16 +41,18 @@ func cacheDir(t *testing.T) string {
 // assembled is the runtime image Assemble makes of the release binary for
 // this machine's architecture, from the Debian packages (downloaded once
 // into the cache).
-func assembled(t *testing.T) v1.Image {
+func assembled(t *testing.T) v1.Image { return assembledVariant(t, "") }
+
+func assembledVariant(t *testing.T, variant string) v1.Image {
 	t.Helper()
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
 		t.Skip("dpkg-deb (Debian) is needed to unpack the image's packages")
 	}
-	debs, err := FetchDebs(filepath.Join(cacheDir(t), "debs", "bookworm-"+runtime.GOARCH), runtime.GOARCH)
+	debs, err := FetchDebs(filepath.Join(cacheDir(t), "debs", "bookworm-"+runtime.GOARCH), runtime.GOARCH, Packages(variant))
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := Assemble(Build{Arch: runtime.GOARCH, Binary: releaseBuilds(t)[0], Debs: debs, Version: testVersion, Revision: testCommit, Created: time.Unix(testEpoch, 0).UTC()})
+	img, err := Assemble(Build{Arch: runtime.GOARCH, Variant: variant, Binary: releaseBuilds(t)[0], Debs: debs, Version: testVersion, Revision: testCommit, Created: time.Unix(testEpoch, 0).UTC()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,5 +310,120 @@ func TestAssembledImageRunsAndIsReproducible(t *testing.T) {
 	var v struct{ Version, GitCommit string }
 	if err := json.Unmarshal(out, &v); err != nil || v.Version != testVersion {
 		t.Fatalf("keyward version in the image printed %q (%v)", out, err)
+	}
+}
+
+// unpack writes img's file system into a new directory and returns it.
+func unpack(t *testing.T, img v1.Image) string {
+	t.Helper()
+	root := t.TempDir()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	untar := exec.Command("tar", "-x", "-C", root)
+	untar.Stdin = rc
+	if out, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("unpacking the image: %v\n%s", err, out)
+	}
+	return root
+}
+
+// The SoftHSM2 variant agrees with the Dockerfile's softhsm stage (user,
+// entrypoint, labels, SOFTHSM2_CONF and the file it names, the token
+// volume owned by 65532), and works: in a chroot of its file system as
+// 65532, with only the image's environment, keyward initialises a token
+// through the image's SoftHSM2 module and creates a key in it, and the
+// image's /bin/sh runs what softhsm-init.sh needs (tr).
+func TestSoftHSMVariantMatchesTheDockerfileAndWorks(t *testing.T) {
+	img := assembledVariant(t, "softhsm")
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ParseDockerfile(bytes.NewReader(readDockerfile(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := d.Stage("softhsm")
+	var user, conf string
+	var entrypoint, volumes []string
+	env := map[string]string{}
+	printf := regexp.MustCompile(`printf '([^']*)' > (\S+)`)
+	for _, in := range st.Body {
+		switch in.Cmd {
+		case "USER":
+			user = in.Args
+		case "ENTRYPOINT":
+			if entrypoint, err = ExecForm(in); err != nil {
+				t.Fatal(err)
+			}
+		case "VOLUME":
+			if volumes, err = ExecForm(in); err != nil {
+				t.Fatal(err)
+			}
+		case "ENV":
+			k, v, _ := strings.Cut(in.Args, "=")
+			env[k] = v
+		case "RUN":
+			if m := printf.FindStringSubmatch(in.Args); m != nil && m[2] == SoftHSMConfPath {
+				conf = strings.ReplaceAll(m[1], `\n`, "\n")
+			}
+		}
+	}
+	if cf.Config.User != user || !slices.Equal(cf.Config.Entrypoint, entrypoint) {
+		t.Errorf("user %q entrypoint %q, the Dockerfile's %q %q", cf.Config.User, cf.Config.Entrypoint, user, entrypoint)
+	}
+	if len(volumes) != 1 || len(cf.Config.Volumes) != 1 {
+		t.Errorf("volumes %v, the Dockerfile's %v", cf.Config.Volumes, volumes)
+	} else if _, ok := cf.Config.Volumes[volumes[0]]; !ok {
+		t.Errorf("volumes %v, the Dockerfile's %v", cf.Config.Volumes, volumes)
+	}
+	if env["SOFTHSM2_CONF"] == "" || !slices.Contains(cf.Config.Env, "SOFTHSM2_CONF="+env["SOFTHSM2_CONF"]) {
+		t.Errorf("env %v, the Dockerfile's SOFTHSM2_CONF=%s", cf.Config.Env, env["SOFTHSM2_CONF"])
+	}
+	want, err := d.StageLabels("softhsm", map[string]string{"VERSION": testVersion, "GIT_COMMIT": testCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mapsEqual(cf.Config.Labels, want) {
+		t.Errorf("labels %v, the Dockerfile's %v", cf.Config.Labels, want)
+	}
+	hdrs, data := files(t, img)
+	if conf == "" || string(data[SoftHSMConfPath]) != conf {
+		t.Errorf("%s is %q, the Dockerfile writes %q", SoftHSMConfPath, data[SoftHSMConfPath], conf)
+	}
+	if h := hdrs[TokenDir]; h == nil || h.Uid != 65532 || h.Mode&0o777 != 0o750 {
+		t.Errorf("%s: %+v, want a directory 0750 owned by 65532", TokenDir, h)
+	}
+	if resolve(hdrs, SoftHSMModule) == "" {
+		t.Errorf("%s is not in the image", SoftHSMModule)
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("running in a chroot needs root")
+	}
+	root := unpack(t, img)
+	for _, f := range []string{"pin", "so-pin"} {
+		if err := os.WriteFile(filepath.Join(root, "tmp", f), []byte("1234\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("chroot", append([]string{"--userspec=" + cf.Config.User, root}, args...)...)
+		cmd.Env = cf.Config.Env
+		cmd.Dir = "/"
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s in the image: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run(Binary, "key", "init-token", "--module", SoftHSMModule, "--label", "imagetest", "--pin-file", "/tmp/pin", "--so-pin-file", "/tmp/so-pin")
+	out := run(Binary, "key", "create", "--uri", "pkcs11:token=imagetest;object=ca?module-path="+SoftHSMModule+"&pin-source=file:/tmp/pin", "--algorithm", "ECDSAP256")
+	if !strings.Contains(out, "sha256:") {
+		t.Errorf("key create printed no fingerprint:\n%s", out)
+	}
+	if got := run("/bin/sh", "-c", "printf '%s' keyward.dev/x | tr '/.' '--'"); got != "keyward-dev-x" {
+		t.Errorf("/bin/sh with tr printed %q", got)
 	}
 }

@@ -4,10 +4,12 @@
 //   - keyward-VERSION-linux-amd64 and -linux-arm64: the CLI and server
 //     binary, cgo (PKCS#11), built by hack/build-release.sh, arm64 with
 //     Debian's aarch64-linux-gnu-gcc;
-//   - keyward-image-VERSION.oci.tar: the runtime image for both
-//     architectures as an OCI image layout (an index of two images),
-//     assembled without a container engine from the binaries and Debian 12
-//     packages (deploy/image.Assemble), named ghcr.io/keyward/keyward:VERSION;
+//   - keyward-image-VERSION.oci.tar and keyward-image-VERSION-softhsm.oci.tar:
+//     the runtime image and its SoftHSM2 variant for both architectures as
+//     OCI image layouts (an index of two images each), assembled without a
+//     container engine from the binaries and Debian 12 packages
+//     (deploy/image.Assemble), named ghcr.io/keyward/keyward:VERSION and
+//     :VERSION-softhsm;
 //   - keyward-VERSION.tgz: the Helm chart, version and appVersion VERSION;
 //   - keyward-VERSION.sbom.cdx.json: a CycloneDX SBOM of the binary's Go
 //     modules (cyclonedx-gomod app);
@@ -117,29 +119,36 @@ func run(o options) error {
 	}
 	created := time.Unix(o.epoch, 0).UTC()
 
-	var images []v1.Image
+	variants := map[string][]v1.Image{}
 	for _, arch := range o.archs {
 		bin := filepath.Join(o.dist, fmt.Sprintf("keyward-%s-linux-%s", o.version, arch))
 		if err := buildBinary(o, arch, bin); err != nil {
 			return err
 		}
-		debs, err := image.FetchDebs(filepath.Join(o.debCache, "bookworm-"+arch), arch)
+		for _, variant := range []string{"", "softhsm"} {
+			debs, err := image.FetchDebs(filepath.Join(o.debCache, "bookworm-"+arch), arch, image.Packages(variant))
+			if err != nil {
+				return err
+			}
+			img, err := image.Assemble(image.Build{Arch: arch, Variant: variant, Binary: bin, Debs: debs, Version: o.version, Revision: o.revision, Created: created})
+			if err != nil {
+				return fmt.Errorf("assembling the %s image %q: %w", arch, variant, err)
+			}
+			variants[variant] = append(variants[variant], img)
+		}
+	}
+	for variant, images := range variants {
+		idx, err := image.Index(images...)
 		if err != nil {
 			return err
 		}
-		img, err := image.Assemble(image.Build{Arch: arch, Binary: bin, Debs: debs, Version: o.version, Revision: o.revision, Created: created})
-		if err != nil {
-			return fmt.Errorf("assembling the %s image: %w", arch, err)
+		tag := o.version
+		if variant != "" {
+			tag += "-" + variant
 		}
-		images = append(images, img)
-	}
-	idx, err := image.Index(images...)
-	if err != nil {
-		return err
-	}
-	ref := Repository + ":" + o.version
-	if err := image.WriteOCIArchive(filepath.Join(o.dist, "keyward-image-"+o.version+".oci.tar"), idx, ref, created); err != nil {
-		return fmt.Errorf("writing the image: %w", err)
+		if err := image.WriteOCIArchive(filepath.Join(o.dist, "keyward-image-"+tag+".oci.tar"), idx, Repository+":"+tag, created); err != nil {
+			return fmt.Errorf("writing the image %s: %w", tag, err)
+		}
 	}
 	if err := runCmd(nil, o.helm, "package", "deploy/helm/keyward", "--version", o.version, "--app-version", o.version, "--destination", o.dist); err != nil {
 		return fmt.Errorf("packaging the chart: %w", err)
