@@ -3,6 +3,7 @@ package kustomize_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,8 +30,7 @@ func rbacInput(t *testing.T, b build, r rendered) rbac.Input {
 		a := rbac.ApproverFromSignerConfig(sc)
 		in.Approver = &a
 	}
-	// The token service's RBAC ships in every build (the softhsm overlay
-	// drops only its Deployment), so its identity is checked everywhere.
+	// The token service's RBAC comes with its component (and only then).
 	if cm := r.configMaps["keyward-token-service-config"]; cm != nil {
 		tc, err := tsconfig.Parse([]byte(cm.Data["config.yaml"]))
 		if err != nil {
@@ -95,4 +95,65 @@ func TestBuildsKeepEachComponentToItsOwnTrust(t *testing.T) {
 			}
 		})
 	}
+}
+
+// No build ships RBAC for a component it does not run: every ServiceAccount
+// is some pod's, every binding binds only those, and every role is bound.
+// (The softhsm overlay once dropped the token service's Deployment but kept
+// its ServiceAccount and ClusterRole: tokenreviews create, attest, bundle
+// deletes for nobody.)
+func TestBuildsShipNoRBACForAbsentComponents(t *testing.T) {
+	for _, b := range builds {
+		t.Run(b.dir, func(t *testing.T) {
+			problems := rbacWithoutWorkload(t, render(t, b.dir).objs)
+			for _, p := range problems {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// rbacWithoutWorkload lists the ServiceAccounts no pod template runs as,
+// the bindings to anything else, and the roles no binding names.
+func rbacWithoutWorkload(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	used := map[string]bool{} // namespace/name
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" && u.GetKind() != "DaemonSet" {
+			continue
+		}
+		sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
+		used[u.GetNamespace()+"/"+sa] = true
+	}
+	bound := map[string]bool{} // Kind/namespace/name of roles
+	var problems []string
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "ServiceAccount":
+			if !used[u.GetNamespace()+"/"+u.GetName()] {
+				problems = append(problems, "ServiceAccount "+u.GetNamespace()+"/"+u.GetName()+" is no workload's")
+			}
+		case "RoleBinding", "ClusterRoleBinding":
+			kind, _, _ := unstructured.NestedString(u.Object, "roleRef", "kind")
+			name, _, _ := unstructured.NestedString(u.Object, "roleRef", "name")
+			ns := ""
+			if kind == "Role" {
+				ns = u.GetNamespace()
+			}
+			bound[kind+"/"+ns+"/"+name] = true
+			subjects, _, _ := unstructured.NestedSlice(u.Object, "subjects")
+			for _, s := range subjects {
+				m, _ := s.(map[string]any)
+				if m["kind"] != "ServiceAccount" || !used[fmt.Sprint(m["namespace"])+"/"+fmt.Sprint(m["name"])] {
+					problems = append(problems, fmt.Sprintf("%s %s binds %v %v/%v, no workload's", u.GetKind(), u.GetName(), m["kind"], m["namespace"], m["name"]))
+				}
+			}
+		}
+	}
+	for _, u := range objs {
+		if k := u.GetKind(); (k == "Role" || k == "ClusterRole") && !bound[k+"/"+u.GetNamespace()+"/"+u.GetName()] {
+			problems = append(problems, k+" "+u.GetName()+" is bound to nobody")
+		}
+	}
+	return problems
 }
