@@ -3,7 +3,6 @@ package kustomize_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -105,55 +104,10 @@ func TestBuildsKeepEachComponentToItsOwnTrust(t *testing.T) {
 func TestBuildsShipNoRBACForAbsentComponents(t *testing.T) {
 	for _, b := range builds {
 		t.Run(b.dir, func(t *testing.T) {
-			problems := rbacWithoutWorkload(t, render(t, b.dir).objs)
+			problems := rbac.Orphans(render(t, b.dir).objs)
 			for _, p := range problems {
 				t.Error(p)
 			}
 		})
 	}
-}
-
-// rbacWithoutWorkload lists the ServiceAccounts no pod template runs as,
-// the bindings to anything else, and the roles no binding names.
-func rbacWithoutWorkload(t *testing.T, objs []*unstructured.Unstructured) []string {
-	t.Helper()
-	used := map[string]bool{} // namespace/name
-	for _, u := range objs {
-		if u.GetKind() != "Deployment" && u.GetKind() != "DaemonSet" {
-			continue
-		}
-		sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
-		used[u.GetNamespace()+"/"+sa] = true
-	}
-	bound := map[string]bool{} // Kind/namespace/name of roles
-	var problems []string
-	for _, u := range objs {
-		switch u.GetKind() {
-		case "ServiceAccount":
-			if !used[u.GetNamespace()+"/"+u.GetName()] {
-				problems = append(problems, "ServiceAccount "+u.GetNamespace()+"/"+u.GetName()+" is no workload's")
-			}
-		case "RoleBinding", "ClusterRoleBinding":
-			kind, _, _ := unstructured.NestedString(u.Object, "roleRef", "kind")
-			name, _, _ := unstructured.NestedString(u.Object, "roleRef", "name")
-			ns := ""
-			if kind == "Role" {
-				ns = u.GetNamespace()
-			}
-			bound[kind+"/"+ns+"/"+name] = true
-			subjects, _, _ := unstructured.NestedSlice(u.Object, "subjects")
-			for _, s := range subjects {
-				m, _ := s.(map[string]any)
-				if m["kind"] != "ServiceAccount" || !used[fmt.Sprint(m["namespace"])+"/"+fmt.Sprint(m["name"])] {
-					problems = append(problems, fmt.Sprintf("%s %s binds %v %v/%v, no workload's", u.GetKind(), u.GetName(), m["kind"], m["namespace"], m["name"]))
-				}
-			}
-		}
-	}
-	for _, u := range objs {
-		if k := u.GetKind(); (k == "Role" || k == "ClusterRole") && !bound[k+"/"+u.GetNamespace()+"/"+u.GetName()] {
-			problems = append(problems, k+" "+u.GetName()+" is bound to nobody")
-		}
-	}
-	return problems
 }
