@@ -92,9 +92,11 @@ $(CONTROLLER_GEN): hack/codegen/go.mod hack/codegen/go.sum
 	@mkdir -p bin
 	cd hack/codegen && $(GO) build -o ../../$(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
-# The base's RBAC (deploy/rbac) from the base's own configuration files.
+# The base's RBAC (deploy/rbac) from the base's own configuration files,
+# and the token service component's from its own.
 BASE_RBAC_FLAGS = --namespace keyward --signer-config deploy/kustomize/base/signer-config.yaml --approver \
-	--token-service-config deploy/kustomize/base/token-service-config.yaml --node-agent --ca-admin
+	--node-agent --node-agent-namespace keyward-node --ca-admin
+TOKEN_SERVICE_RBAC_FLAGS = --namespace keyward --token-service-config deploy/kustomize/components/token-service/token-service-config.yaml
 
 # promtool is pinned in hack/promtool, a module of its own (`go install
 # …/promtool@version` refuses Prometheus's go.mod, which has replace
@@ -116,6 +118,7 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and deploy/crds from kub
 	cp deploy/kustomize/overlays/softhsm/softhsm-init.sh deploy/helm/keyward/files/softhsm-init.sh
 	cp deploy/kustomize/components/node-address-lock/policy.yaml deploy/helm/keyward/files/node-address-lock.yaml
 	$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) > deploy/kustomize/base/rbac.yaml.tmp && mv deploy/kustomize/base/rbac.yaml.tmp deploy/kustomize/base/rbac.yaml
+	$(GO) run ./cmd/keyward deploy rbac $(TOKEN_SERVICE_RBAC_FLAGS) > deploy/kustomize/components/token-service/rbac.yaml.tmp && mv deploy/kustomize/components/token-service/rbac.yaml.tmp deploy/kustomize/components/token-service/rbac.yaml
 	rm -f deploy/helm/keyward/files/crds/*.yaml && cp deploy/crds/*_*.yaml deploy/helm/keyward/files/crds/
 
 verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds differ from what the types generate
@@ -130,6 +133,7 @@ verify-generate: $(CONTROLLER_GEN) ## fail if deepcopy code or deploy/crds diffe
 	@cmp -s deploy/kustomize/overlays/softhsm/softhsm-init.sh deploy/helm/keyward/files/softhsm-init.sh || { echo "deploy/helm/keyward/files/softhsm-init.sh differs from the softhsm overlay's: run make generate"; exit 1; }
 	@cmp -s deploy/kustomize/components/node-address-lock/policy.yaml deploy/helm/keyward/files/node-address-lock.yaml || { echo "deploy/helm/keyward/files/node-address-lock.yaml differs from the node-address-lock component's: run make generate"; exit 1; }
 	@$(GO) run ./cmd/keyward deploy rbac $(BASE_RBAC_FLAGS) | diff -u deploy/kustomize/base/rbac.yaml - || { echo "deploy/kustomize/base/rbac.yaml is stale: run make generate"; exit 1; }
+	@$(GO) run ./cmd/keyward deploy rbac $(TOKEN_SERVICE_RBAC_FLAGS) | diff -u deploy/kustomize/components/token-service/rbac.yaml - || { echo "deploy/kustomize/components/token-service/rbac.yaml is stale: run make generate"; exit 1; }
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; cp deploy/crds/*_*.yaml $$tmp/ && \
 	diff -ru $$tmp deploy/helm/keyward/files/crds || { echo "the Helm chart's CRDs (deploy/helm/keyward/files/crds) are stale: run make generate"; exit 1; }
 

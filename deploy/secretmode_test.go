@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"io/fs"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,13 +15,24 @@ import (
 // leaves Secret files root's unless the pod sets fsGroup (then group-owned)
 // or the mode lets others read (k8s.io/kubernetes pkg/volume SetVolumeOwnership).
 func TestBaseDeploymentsCanReadTheirSecrets(t *testing.T) {
-	files, err := fs.Glob(Base, "kustomize/base/*.yaml")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, glob := range []struct {
+		fsys    fs.FS
+		pattern string
+	}{{Base, "kustomize/base/*.yaml"}, {TokenService, "kustomize/components/token-service/*.yaml"}} {
+		names, err := fs.Glob(glob.fsys, glob.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, names...)
 	}
 	seen := 0
 	for _, name := range files {
-		data, err := Base.ReadFile(name)
+		fsys := Base
+		if strings.HasPrefix(name, "kustomize/components/") {
+			fsys = TokenService
+		}
+		data, err := fsys.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,6 +66,6 @@ func TestBaseDeploymentsCanReadTheirSecrets(t *testing.T) {
 		}
 	}
 	if seen == 0 {
-		t.Fatal("no Secret volume found in deploy/kustomize/base: the test checks nothing")
+		t.Fatal("no Secret volume found in deploy/kustomize/base and components/token-service: the test checks nothing")
 	}
 }

@@ -37,10 +37,13 @@ import (
 // profile, and the kubelet's two.
 const (
 	keywardNamespace = "keyward"
-	nodeName         = "keyward-node"
-	podIdentity      = "keyward.dev/pod-identity"
-	spiffeSigner     = "keyward.dev/spiffe"
-	serverSigner     = "keyward.dev/server"
+	// nodeAgentNamespace holds the node agent's ServiceAccount, as shipped
+	// (the agent needs Pod Security privileged; keyward's namespace does not).
+	nodeAgentNamespace = "keyward-node"
+	nodeName           = "keyward-node"
+	podIdentity        = "keyward.dev/pod-identity"
+	spiffeSigner       = "keyward.dev/spiffe"
+	serverSigner       = "keyward.dev/server"
 	// meshSigner is rotated by TestCARotationUnderLiveMTLS, daemonSigner
 	// by TestNodeAgentThroughARotation.
 	meshSigner     = "keyward.dev/mesh"
@@ -168,10 +171,13 @@ func setUp(ctx context.Context, c *controlplane.ControlPlane, kubeletCAFile stri
 	if err := os.WriteFile(approverCfg, []byte(fmt.Sprintf(signerConfig, approverKC, life, life)), 0o600); err != nil {
 		return e, err
 	}
-	if err := controlplane.EnsureNamespace(ctx, e.admin, keywardNamespace); err != nil {
-		return e, err
+	for _, ns := range []string{keywardNamespace, nodeAgentNamespace} {
+		if err := controlplane.EnsureNamespace(ctx, e.admin, ns); err != nil {
+			return e, err
+		}
 	}
-	rbac, err := e.run(ctx, "deploy", "rbac", "--namespace", keywardNamespace, "--signer-config", e.signerCfg, "--approver", "--node-agent")
+	rbac, err := e.run(ctx, "deploy", "rbac", "--namespace", keywardNamespace, "--signer-config", e.signerCfg, "--approver",
+		"--node-agent", "--node-agent-namespace", nodeAgentNamespace)
 	if err != nil {
 		return e, err
 	}

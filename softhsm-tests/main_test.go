@@ -63,12 +63,22 @@ func run(m *testing.M) int {
 func installRBAC(c *controlplane.ControlPlane) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// rbac.yaml no longer carries the Namespace (namespace.yaml does).
-	if err := controlplane.EnsureNamespace(ctx, c.AdminClient(), signerNamespace); err != nil {
-		return err
+	// rbac.yaml no longer carries the Namespaces (namespace.yaml does):
+	// keyward, and keyward-node for the node agent's ServiceAccount.
+	for _, ns := range []string{signerNamespace, "keyward-node"} {
+		if err := controlplane.EnsureNamespace(ctx, c.AdminClient(), ns); err != nil {
+			return err
+		}
 	}
+	// The base's RBAC, and the opt-in token service component's.
 	manifest, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
 	if err != nil {
+		return err
+	}
+	if err := controlplane.ApplyManifest(ctx, c.AdminConfig(), manifest); err != nil {
+		return err
+	}
+	if manifest, err = deploy.TokenService.ReadFile("kustomize/components/token-service/rbac.yaml"); err != nil {
 		return err
 	}
 	if err := controlplane.ApplyManifest(ctx, c.AdminConfig(), manifest); err != nil {

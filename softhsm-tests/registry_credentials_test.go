@@ -836,7 +836,8 @@ func tlsConfigFor(pool *x509.CertPool) *tls.Config {
 }
 
 // The token service's signer name and identity as the shipped, generated
-// deploy/kustomize/base/rbac.yaml (applied by TestMain) grants them.
+// deploy/kustomize/components/token-service/rbac.yaml (applied by TestMain)
+// grants them.
 const (
 	registryTokenSigner       = "keyward.dev/registry-token"
 	tokenServiceAccount       = "keyward-token-service"
@@ -846,7 +847,7 @@ const (
 // tokenServiceKubeClient applies the shipped token service manifest (its
 // ConfigMap; the Deployment, Service and PDB stay inert without
 // controllers) and talks to the apiserver as its ServiceAccount, so only the
-// shipped RBAC (deploy/kustomize/base/rbac.yaml, applied by TestMain, plus
+// shipped RBAC (deploy/kustomize/components/token-service/rbac.yaml, applied by TestMain, plus
 // the test-only Lease grant for per-test Lease names) grants it anything.
 func tokenServiceKubeClient(t *testing.T, ctx context.Context) signerconfig.KubeClient {
 	t.Helper()

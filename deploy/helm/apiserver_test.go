@@ -26,8 +26,12 @@ func TestMain(m *testing.M) {
 		cp = c
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := controlplane.EnsureNamespace(ctx, c.AdminClient(), namespace); err != nil {
-			return err
+		// The release namespace (Helm's to make, not the chart's) and the
+		// node agent's, which the chart renders (dry runs create nothing).
+		for _, ns := range []string{namespace, nodeNamespace} {
+			if err := controlplane.EnsureNamespace(ctx, c.AdminClient(), ns); err != nil {
+				return err
+			}
 		}
 		crds, err := renderedCRDs()
 		if err != nil {

@@ -31,6 +31,10 @@ const kubeVersion = "1.37.1"
 // namespace is where the samples are rendered.
 const namespace = "keyward"
 
+// nodeNamespace is the node agent's own namespace: the release
+// namespace + "-node" by default (nodeAgent.namespace).
+const nodeNamespace = namespace + "-node"
+
 func repoRoot(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
@@ -419,7 +423,8 @@ func labelsMatch(selector, labels map[string]string) bool {
 }
 
 // namespaceOverride moves every namespaced object, every RBAC subject and
-// the Leases the configurations name; cluster-scoped objects stay so.
+// the Leases the configurations name, and the node agent's objects to
+// namespaceOverride + "-node"; cluster-scoped objects stay so.
 func TestNamespaceOverrideMovesEverything(t *testing.T) {
 	const ns = "certs"
 	f := filepath.Join(t.TempDir(), "values.yaml")
@@ -427,10 +432,17 @@ func TestNamespaceOverrideMovesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := objects(t, mustTemplate(t, f))
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true, "Namespace": true}
 	for _, o := range objs {
-		if clusterScoped[o.GetKind()] != (o.GetNamespace() == "") || (o.GetNamespace() != "" && o.GetNamespace() != ns) {
-			t.Errorf("%s %s is in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+		want := ns
+		if o.GetLabels()["app.kubernetes.io/component"] == "node-agent" || o.GetName() == "keyward-node-agent" {
+			want = ns + "-node"
+		}
+		if o.GetKind() == "Namespace" && o.GetName() != ns+"-node" {
+			t.Errorf("the chart renders Namespace %s, want only %s-node", o.GetName(), ns)
+		}
+		if clusterScoped[o.GetKind()] != (o.GetNamespace() == "") || (o.GetNamespace() != "" && o.GetNamespace() != want) {
+			t.Errorf("%s %s is in namespace %q, want %q", o.GetKind(), o.GetName(), o.GetNamespace(), want)
 		}
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 		for _, s := range subjects {

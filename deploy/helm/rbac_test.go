@@ -32,7 +32,7 @@ func rbacInput(t *testing.T, valuesFile string, objs []*unstructured.Unstructure
 	}
 	signer := rbac.FromSignerConfig(cfg)
 	signer.BootstrapAuthorities = softhsmBootstrap(t, valuesFile)
-	in := rbac.Input{Namespace: namespace, Signer: &signer}
+	in := rbac.Input{Namespace: namespace, NodeAgentNamespace: nodeNamespace, Signer: &signer}
 	if find(objs, "Deployment", "keyward-approver") != nil {
 		a := rbac.ApproverFromSignerConfig(cfg)
 		in.Approver = &a
@@ -260,4 +260,18 @@ func wildcardChecks(in rbac.Input) []rbac.Check {
 		add("keyward-token-service", "attest", []string{ts.SignerName})
 	}
 	return out
+}
+
+// No sample ships RBAC for a component it does not run (the token
+// service off, the approver off, the node agent off): every
+// ServiceAccount is some pod's, every binding binds only those, every role
+// is bound.
+func TestSamplesShipNoRBACForAbsentComponents(t *testing.T) {
+	for name, file := range samples(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, p := range rbac.Orphans(objects(t, mustTemplate(t, file))) {
+				t.Error(p)
+			}
+		})
+	}
 }

@@ -24,6 +24,7 @@ import (
 	signerconfig "github.com/keyward/keyward/signer/config"
 	tsconfig "github.com/keyward/keyward/signer/tokenservice/config"
 	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/promcrds"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,6 +38,9 @@ const image = "ghcr.io/keyward/keyward"
 
 // build is what a user applies.
 type build struct {
+	// dir is a kustomization under deploy/kustomize, or several joined by
+	// "+": the first as resource, the others as components, in a
+	// kustomization made in a temp dir (as a user's own overlay).
 	dir string
 	// signerReplicas is the signer Deployment's replica count.
 	signerReplicas int32
@@ -46,15 +50,24 @@ type build struct {
 	tokenService bool
 	// otherImages are images allowed besides keyward's (a vendor's library).
 	otherImages []string
+	// monitoring: the build holds prometheus-operator objects.
+	monitoring bool
 }
 
+// The token service is opt-in (components/token-service), as in the Helm
+// chart: no overlay runs it, and the builds with the component are the
+// ones a user would write.
 var builds = []build{
-	{dir: "base", signerReplicas: 2, signerImage: image + ":latest", tokenService: true},
+	{dir: "base", signerReplicas: 2, signerImage: image + ":latest"},
 	{dir: "overlays/softhsm", signerReplicas: 1, signerImage: image + ":0.1.0-softhsm"},
-	{dir: "overlays/pkcs11", signerReplicas: 2, signerImage: image + ":0.1.0", tokenService: true,
+	{dir: "overlays/pkcs11", signerReplicas: 2, signerImage: image + ":0.1.0",
 		otherImages: []string{"registry.example.com/hsm-client:VERSION"}},
-	{dir: "overlays/gcpkms", signerReplicas: 2, signerImage: image + ":0.1.0", tokenService: true},
-	{dir: "overlays/awskms", signerReplicas: 2, signerImage: image + ":0.1.0", tokenService: true},
+	{dir: "overlays/gcpkms", signerReplicas: 2, signerImage: image + ":0.1.0"},
+	{dir: "overlays/awskms", signerReplicas: 2, signerImage: image + ":0.1.0"},
+	{dir: "overlays/pkcs11+components/token-service+components/token-service-pkcs11", signerReplicas: 2, signerImage: image + ":0.1.0",
+		tokenService: true, otherImages: []string{"registry.example.com/hsm-client:VERSION"}},
+	{dir: "overlays/gcpkms+components/token-service", signerReplicas: 2, signerImage: image + ":0.1.0", tokenService: true},
+	{dir: "overlays/awskms+components/monitoring+components/node-agent-metrics", signerReplicas: 2, signerImage: image + ":0.1.0", monitoring: true},
 }
 
 // kustomizeCLI is the pinned kustomize (make tools): $KEYWARD_KUSTOMIZE,
@@ -77,7 +90,30 @@ func kustomizeCLI(t *testing.T) string {
 
 func kustomizeBuild(t *testing.T, dir string) []byte {
 	t.Helper()
-	cmd := exec.Command(kustomizeCLI(t), "build", filepath.Join(root, "deploy", "kustomize", dir))
+	path := filepath.Join(root, "deploy", "kustomize", dir)
+	if parts := strings.Split(dir, "+"); len(parts) > 1 {
+		path = t.TempDir()
+		rel := func(p string) string {
+			abs, err := filepath.Abs(filepath.Join(root, "deploy", "kustomize", p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// kustomize refuses absolute paths to other kustomizations.
+			r, err := filepath.Rel(path, abs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + rel(parts[0]) + "\ncomponents:\n"
+		for _, c := range parts[1:] {
+			k += "- " + rel(c) + "\n"
+		}
+		if err := os.WriteFile(filepath.Join(path, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(kustomizeCLI(t), "build", path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -161,8 +197,14 @@ func TestBuildsHoldTheComponents(t *testing.T) {
 				if u.GetLabels()["app.kubernetes.io/part-of"] != "keyward" {
 					t.Errorf("%s %s lacks app.kubernetes.io/part-of: keyward", u.GetKind(), u.GetName())
 				}
-				if ns := u.GetNamespace(); ns != "" && ns != "keyward" {
-					t.Errorf("%s %s is in namespace %q, want keyward", u.GetKind(), u.GetName(), ns)
+				// The node agent alone lives in keyward-node (Pod Security
+				// privileged); everything else in keyward (restricted).
+				want := "keyward"
+				if u.GetLabels()["app.kubernetes.io/component"] == "node-agent" || strings.HasPrefix(u.GetName(), "keyward-node-agent") {
+					want = "keyward-node"
+				}
+				if ns := u.GetNamespace(); ns != "" && ns != want {
+					t.Errorf("%s %s is in namespace %q, want %s", u.GetKind(), u.GetName(), ns, want)
 				}
 			}
 			want := []string{"keyward-signer", "keyward-approver"}
@@ -427,6 +469,11 @@ func TestBuildsPassServerSideDryRun(t *testing.T) {
 	}
 	defer cp.Stop()
 	if _, err := controlplane.InstallAuthorityCRD(ctx, cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	// The monitoring build's ServiceMonitor, PodMonitor and PrometheusRule,
+	// judged by prometheus-operator's real CRDs.
+	if err := promcrds.Install(ctx, cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range builds {

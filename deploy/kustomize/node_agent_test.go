@@ -57,7 +57,7 @@ func manifests(t *testing.T) map[string][]byte {
 	}
 	cm := corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: "keyward-node-agent-config", Namespace: "keyward"},
+		ObjectMeta: metav1.ObjectMeta{Name: "keyward-node-agent-config", Namespace: "keyward-node"},
 		Data:       map[string]string{"agent.yaml": string(conf)},
 	}
 	if out["config.yaml"], err = yaml.Marshal(cm); err != nil {
@@ -123,11 +123,20 @@ func TestNodeAgentIsConsistent(t *testing.T) {
 	if ds == nil || cm == nil {
 		t.Fatalf("want a DaemonSet and a ConfigMap, got %v and %v", ds, cm)
 	}
-	// Decoded strictly, defaulted and validated as the agent loads it.
+	// Decoded strictly, defaulted and validated as the agent loads it: as
+	// shipped (no credential: no example identity is issued on a real
+	// cluster) and with the commented example credential put in.
 	t.Setenv("NODE_NAME", "node-a")
-	cfg, err := agent.Parse([]byte(cm.Data["agent.yaml"]))
+	shipped, err := agent.Parse([]byte(cm.Data["agent.yaml"]))
 	if err != nil {
 		t.Fatalf("agent.yaml: %v", err)
+	}
+	if len(shipped.Credentials) != 0 {
+		t.Errorf("the shipped configuration issues %d credentials, want none (the example stays a comment)", len(shipped.Credentials))
+	}
+	cfg, err := agent.Parse(withExampleCredential(t, cm.Data["agent.yaml"]))
+	if err != nil {
+		t.Fatalf("agent.yaml with its example credential: %v", err)
 	}
 	if m := cfg.Credentials[0].Output.Mode; m == nil || *m != 0o600 {
 		t.Errorf("the credential's mode is %v, want 0600 (YAML octal)", m)
@@ -199,15 +208,17 @@ func TestNodeAgentAppliesAndTheNodeNeedsNoMoreRBAC(t *testing.T) {
 	}
 	t.Cleanup(cp.Stop)
 	admin := cp.AdminClient()
-	if err := controlplane.EnsureNamespace(ctx, admin, "keyward"); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{"keyward", "keyward-node"} {
+		if err := controlplane.EnsureNamespace(ctx, admin, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, n := range []string{"rbac.yaml", "config.yaml", "daemonset.yaml"} {
 		if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), manifests(t)[n]); err != nil {
 			t.Fatalf("applying %s: %v", n, err)
 		}
 	}
-	if _, err := admin.AppsV1().DaemonSets("keyward").Get(ctx, "keyward-node-agent", metav1.GetOptions{}); err != nil {
+	if _, err := admin.AppsV1().DaemonSets("keyward-node").Get(ctx, "keyward-node-agent", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -271,8 +282,29 @@ func TestNodeAgentAppliesAndTheNodeNeedsNoMoreRBAC(t *testing.T) {
 	}
 }
 
-// exampleRequest is the request the example's credential (agent.yaml's
-// first) makes on node: its names with ${NODE_NAME} replaced.
+// withExampleCredential is agent.yaml with its commented example
+// credential (the "# - name:" block above `credentials: []`) put in.
+func withExampleCredential(t *testing.T, agentYAML string) []byte {
+	t.Helper()
+	lines := strings.Split(agentYAML, "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "# - name: ") })
+	end := slices.Index(lines, "credentials: []")
+	if start < 0 || end < start {
+		t.Fatal("agent.yaml has no commented example credential above `credentials: []`")
+	}
+	var example []string
+	for _, l := range lines[start:end] {
+		if l == "#" {
+			continue
+		}
+		example = append(example, strings.TrimPrefix(strings.TrimPrefix(l, "#"), " "))
+	}
+	out := slices.Concat(lines[:end], []string{"credentials:"}, example, lines[end+1:])
+	return []byte(strings.Join(out, "\n"))
+}
+
+// exampleRequest is the request the example's credential (the commented
+// one in agent.yaml) makes on node: its names with ${NODE_NAME} replaced.
 func exampleRequest(t *testing.T, node string) *x509.CertificateRequest {
 	t.Helper()
 	var cm *corev1.ConfigMap
@@ -285,7 +317,7 @@ func exampleRequest(t *testing.T, node string) *x509.CertificateRequest {
 		t.Fatal("the example has no ConfigMap")
 	}
 	t.Setenv("NODE_NAME", node)
-	cfg, err := agent.Parse([]byte(cm.Data["agent.yaml"]))
+	cfg, err := agent.Parse(withExampleCredential(t, cm.Data["agent.yaml"]))
 	if err != nil {
 		t.Fatalf("agent.yaml: %v", err)
 	}

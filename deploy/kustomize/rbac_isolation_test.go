@@ -29,8 +29,7 @@ func rbacInput(t *testing.T, b build, r rendered) rbac.Input {
 		a := rbac.ApproverFromSignerConfig(sc)
 		in.Approver = &a
 	}
-	// The token service's RBAC ships in every build (the softhsm overlay
-	// drops only its Deployment), so its identity is checked everywhere.
+	// The token service's RBAC comes with its component (and only then).
 	if cm := r.configMaps["keyward-token-service-config"]; cm != nil {
 		tc, err := tsconfig.Parse([]byte(cm.Data["config.yaml"]))
 		if err != nil {
@@ -92,6 +91,22 @@ func TestBuildsKeepEachComponentToItsOwnTrust(t *testing.T) {
 			// longer grants.
 			if err := rbac.ProveApplied(ctx, cp.AdminClient(), checks, applied); err != nil {
 				t.Errorf("%s: %v", b.dir, err)
+			}
+		})
+	}
+}
+
+// No build ships RBAC for a component it does not run: every ServiceAccount
+// is some pod's, every binding binds only those, and every role is bound.
+// (The softhsm overlay once dropped the token service's Deployment but kept
+// its ServiceAccount and ClusterRole: tokenreviews create, attest, bundle
+// deletes for nobody.)
+func TestBuildsShipNoRBACForAbsentComponents(t *testing.T) {
+	for _, b := range builds {
+		t.Run(b.dir, func(t *testing.T) {
+			problems := rbac.Orphans(render(t, b.dir).objs)
+			for _, p := range problems {
+				t.Error(p)
 			}
 		})
 	}

@@ -220,9 +220,11 @@ func TestMonitoringManifestsPassServerSideDryRun(t *testing.T) {
 	if err := promcrds.Install(ctx, cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
-	_, err = cp.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "keyward"}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	for _, ns := range []string{"keyward", "keyward-node"} {
+		_, err = cp.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 	}
 	for _, r := range rendered {
 		t.Run(r.name+" is accepted", func(t *testing.T) {

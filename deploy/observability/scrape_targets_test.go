@@ -44,7 +44,7 @@ func hasPort(ports []any, name string) bool {
 // :9465; without the component it serves loopback only and nothing
 // scrapes it).
 func TestMonitoringComponentFitsTheBase(t *testing.T) {
-	objs := objects(t, kustomizeBuild(t, []string{"deploy/kustomize/base"}, []string{"deploy/kustomize/components/monitoring", "deploy/kustomize/components/node-agent-metrics"}))
+	objs := objects(t, kustomizeBuild(t, []string{"deploy/kustomize/base"}, []string{"deploy/kustomize/components/token-service", "deploy/kustomize/components/monitoring", "deploy/kustomize/components/node-agent-metrics"}))
 	services := monitorSelector(t, objs, "ServiceMonitor")
 	pods := monitorSelector(t, objs, "PodMonitor")
 	metricsServices := map[string]bool{"keyward-signer-metrics": true, "keyward-approver-metrics": true, "keyward-token-service": true}
@@ -77,13 +77,19 @@ func TestMonitoringComponentFitsTheBase(t *testing.T) {
 			if !named {
 				t.Error("the node agent's container has no port named metrics (the PodMonitor scrapes that port)")
 			}
-		case o.GetKind() == "ServiceMonitor" || o.GetKind() == "PodMonitor" || o.GetKind() == "PrometheusRule":
+		case o.GetKind() == "ServiceMonitor" || o.GetKind() == "PrometheusRule":
 			if o.GetNamespace() != "keyward" {
 				t.Errorf("%s %s is in namespace %q, want keyward", o.GetKind(), o.GetName(), o.GetNamespace())
 			}
+		case o.GetKind() == "PodMonitor":
+			// A PodMonitor selects pods of its own namespace: the node
+			// agent's, keyward-node.
+			if o.GetNamespace() != "keyward-node" {
+				t.Errorf("PodMonitor %s is in namespace %q, want keyward-node (the node agent's)", o.GetName(), o.GetNamespace())
+			}
 		}
 	}
-	// The base carries every scrape target: a renamed one must fail here,
+	// The base and the token service component carry every scrape target: a renamed one must fail here,
 	// not leave the checks above with nothing to check.
 	for _, name := range []string{"keyward-signer-metrics", "keyward-approver-metrics", "keyward-token-service", "keyward-node-agent"} {
 		if !seen[name] {

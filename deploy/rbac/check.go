@@ -182,7 +182,7 @@ func Expectations(in Input) []Check {
 		s.add(false, "no Authority creation", "create", keyward, "authorities", "", "", "")
 	}
 	if in.NodeAgent {
-		s := newSA(&out, ns, NodeAgentName)
+		s := newSA(&out, in.nodeAgentNamespace(), NodeAgentName)
 		secrets(s)
 		s.add(false, "the node agent's ServiceAccount has no bindings", "list", certificates, "certificatesigningrequests", "", "", "")
 		s.add(false, "the node agent's ServiceAccount has no bindings", "sign", certificates, "signers", "", foreign, "")
@@ -213,6 +213,7 @@ func Expectations(in Input) []Check {
 // powers is what one component may do per signer name.
 type powers struct {
 	sa                    string
+	ns                    string // its ServiceAccount's namespace; empty: Input.Namespace
 	sign, attest, approve []string
 	// status: names whose Authority status it writes; publish: names
 	// whose Authority (override annotation) and ClusterTrustBundles it
@@ -241,7 +242,7 @@ func (in *Input) powers() []powers {
 		out = append(out, p)
 	}
 	if in.NodeAgent {
-		out = append(out, powers{sa: NodeAgentName})
+		out = append(out, powers{sa: NodeAgentName, ns: in.nodeAgentNamespace()})
 	}
 	return out
 }
@@ -257,7 +258,7 @@ func IsolationChecks(in Input) []Check {
 	var out []Check
 	universe := sortedUnique(in.allNames(), l(foreignName(in.allNames())))
 	for _, p := range in.powers() {
-		s := newSA(&out, in.Namespace, p.sa)
+		s := newSA(&out, orDefault(p.ns, in.Namespace), p.sa)
 		for _, n := range universe {
 			auth, whose := in.authority(n), "another component's"
 			mine := func(list []string) bool { return contains(list, n) }

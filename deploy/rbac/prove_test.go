@@ -29,33 +29,45 @@ func startControlPlane(t *testing.T) (context.Context, *controlplane.ControlPlan
 	return ctx, cp
 }
 
-// The base's input, built the way `make generate` builds it.
+// The input of every shipped component, built from the shipped
+// configuration files: the base's (signer, approver, node agent) and the
+// token service component's.
 func baseFilesInput(t *testing.T) Input {
 	t.Helper()
-	dir := filepath.Join("..", "kustomize", "base")
-	sc, err := config.Load(filepath.Join(dir, "signer-config.yaml"))
+	sc, err := config.Load(filepath.Join("..", "kustomize", "base", "signer-config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := tsconfig.Load(filepath.Join(dir, "token-service-config.yaml"))
+	tc, err := tsconfig.Load(filepath.Join("..", "kustomize", "components", "token-service", "token-service-config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, a, ts := FromSignerConfig(sc), ApproverFromSignerConfig(sc), FromTokenServiceConfig(tc)
-	return Input{Namespace: DefaultNamespace, Signer: &s, Approver: &a, TokenService: &ts, NodeAgent: true, CAAdmin: true}
+	return Input{Namespace: DefaultNamespace, Signer: &s, Approver: &a, TokenService: &ts, NodeAgent: true,
+		NodeAgentNamespace: DefaultNodeAgentNamespace, CAAdmin: true}
 }
 
+// The generated files are what `make generate` builds: the base's RBAC
+// without the token service, the component's with it alone.
 func TestBaseRBACFileIsCurrent(t *testing.T) {
-	want, err := RenderYAML(baseFilesInput(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(filepath.Join("..", "kustomize", "base", "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) {
-		t.Fatal("deploy/kustomize/base/rbac.yaml is stale: run make generate")
+	all := baseFilesInput(t)
+	base, ts := all, Input{Namespace: all.Namespace, TokenService: all.TokenService}
+	base.TokenService = nil
+	for file, in := range map[string]Input{
+		filepath.Join("..", "kustomize", "base", "rbac.yaml"):                        base,
+		filepath.Join("..", "kustomize", "components", "token-service", "rbac.yaml"): ts,
+	} {
+		want, err := RenderYAML(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s is stale: run make generate", file)
+		}
 	}
 }
 
@@ -74,7 +86,7 @@ func TestRenderedRBACHoldsExactlyTheExpectedPermissions(t *testing.T) {
 	}{
 		{"the base's configuration holds exactly its permissions", func(ns string) Input {
 			in := base
-			in.Namespace = ns
+			in.Namespace, in.NodeAgentNamespace = ns, ns
 			return in
 		}},
 		{"a signer without CSR names holds no CSR verbs", func(ns string) Input {

@@ -30,11 +30,15 @@ import (
 // Default names (docs: issue 14's contract).
 const (
 	DefaultNamespace = "keyward"
-	SignerName       = "keyward-signer"
-	ApproverName     = "keyward-approver"
-	TokenServiceName = "keyward-token-service"
-	NodeAgentName    = "keyward-node-agent"
-	CAAdminName      = "keyward-ca-admin"
+	// DefaultNodeAgentNamespace is the node agent's own namespace: its pod
+	// needs Pod Security "privileged" (hostPath, hostNetwork), which the
+	// control plane's namespace, labelled "restricted", never grants.
+	DefaultNodeAgentNamespace = "keyward-node"
+	SignerName                = "keyward-signer"
+	ApproverName              = "keyward-approver"
+	TokenServiceName          = "keyward-token-service"
+	NodeAgentName             = "keyward-node-agent"
+	CAAdminName               = "keyward-ca-admin"
 )
 
 // Input says what each component is configured to do.
@@ -49,6 +53,10 @@ type Input struct {
 	// HSM is reachable (docs/production/ca-admin.md). The ClusterRole can be
 	// bound to people too.
 	CAAdmin bool
+	// NodeAgentNamespace is where the node agent's ServiceAccount lives;
+	// empty is DefaultNodeAgentNamespace (never Namespace: the agent's
+	// namespace cannot be "restricted").
+	NodeAgentNamespace string
 	// AuthorityNames maps a signer name to its Authority's name where that
 	// is not AuthorityName's derived one (`keyward ca init --authority`).
 	// Writes on Authorities are granted on exactly these names.
@@ -183,6 +191,11 @@ func (in *Input) validate() error {
 		}
 	}
 	return nil
+}
+
+// nodeAgentNamespace is the namespace of the node agent's ServiceAccount.
+func (in *Input) nodeAgentNamespace() string {
+	return orDefault(in.NodeAgentNamespace, DefaultNodeAgentNamespace)
 }
 
 // authority is the name of signerName's Authority.
@@ -437,7 +450,7 @@ func render(in Input) ([]object, error) {
 			comment: "The node agent acts as its node (node client certificate), so its ServiceAccount has no bindings and no token.",
 			obj: &corev1.ServiceAccount{
 				TypeMeta:                     metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-				ObjectMeta:                   metav1.ObjectMeta{Name: NodeAgentName, Namespace: ns, Labels: labels("node-agent", NodeAgentName)},
+				ObjectMeta:                   metav1.ObjectMeta{Name: NodeAgentName, Namespace: in.nodeAgentNamespace(), Labels: labels("node-agent", NodeAgentName)},
 				AutomountServiceAccountToken: &no,
 			},
 		})

@@ -59,15 +59,22 @@ func TestTokenServiceCannotRewriteAnotherSignersTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controlplane.EnsureNamespace(ctx, admin, DefaultNamespace); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{DefaultNamespace, DefaultNodeAgentNamespace} {
+		if err := controlplane.EnsureNamespace(ctx, admin, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
-	shipped, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), shipped); err != nil {
-		t.Fatalf("applying deploy/kustomize/base/rbac.yaml: %v", err)
+	for _, f := range []struct {
+		fsys interface{ ReadFile(string) ([]byte, error) }
+		name string
+	}{{deploy.Base, "kustomize/base/rbac.yaml"}, {deploy.TokenService, "kustomize/components/token-service/rbac.yaml"}} {
+		shipped, err := f.fsys.ReadFile(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := controlplane.ApplyManifest(ctx, cp.AdminConfig(), shipped); err != nil {
+			t.Fatalf("applying deploy/%s: %v", f.name, err)
+		}
 	}
 
 	// The two signers' trust as an administrator (and their publishers)

@@ -16,6 +16,7 @@ type deployRBACOptions struct {
 	tokenServiceConfig   string
 	nodeAgent            bool
 	caAdmin              bool
+	nodeAgentNamespace   string
 	bootstrapAuthorities bool
 	authorities          map[string]string
 }
@@ -33,7 +34,7 @@ func newDeployCommand() *cobra.Command {
 func newDeployRBACCommand() *cobra.Command {
 	o := &deployRBACOptions{}
 	cmd := &cobra.Command{
-		Use:   "rbac --namespace NS [--signer-config FILE] [--approver] [--token-service-config FILE] [--node-agent] [--bootstrap-authorities] [--authority SIGNER=NAME]...",
+		Use:   "rbac --namespace NS [--signer-config FILE] [--approver] [--token-service-config FILE] [--node-agent [--node-agent-namespace NS]] [--bootstrap-authorities] [--authority SIGNER=NAME]...",
 		Short: "Write the RBAC (ServiceAccounts, roles, bindings) keyward's components need for their configuration, as YAML",
 		Long: "Derives every permission from the configuration files: `sign` (and `attest`, for the trust publisher) on exactly\n" +
 			"the configured signer names, CSR verbs only with CSR signer names, `approve` only for the approver's names,\n" +
@@ -60,13 +61,14 @@ func newDeployRBACCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.tokenServiceConfig, "token-service-config", "", "the token service's TokenServiceConfiguration: renders its RBAC")
 	cmd.Flags().BoolVar(&o.nodeAgent, "node-agent", false, "render the node agent's ServiceAccount (no bindings: it acts as its node)")
 	cmd.Flags().BoolVar(&o.caAdmin, "ca-admin", false, "render the keyward-ca-admin ServiceAccount and ClusterRole: what keyward ca and keyward trust need (docs/production/ca-admin.md)")
+	cmd.Flags().StringVar(&o.nodeAgentNamespace, "node-agent-namespace", rbac.DefaultNodeAgentNamespace, "namespace of the node agent's ServiceAccount: its own, labelled Pod Security privileged (hostPath, hostNetwork), so that --namespace can be restricted")
 	cmd.Flags().BoolVar(&o.bootstrapAuthorities, "bootstrap-authorities", false, "let the signer create Authorities (its init container runs `keyward ca init`)")
 	cmd.Flags().StringToStringVar(&o.authorities, "authority", nil, "SIGNER=NAME: the Authority of signer name SIGNER is NAME, not the derived one (as with `keyward ca init --authority`); repeatable")
 	return cmd
 }
 
 func (o *deployRBACOptions) input() (rbac.Input, error) {
-	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent, CAAdmin: o.caAdmin, AuthorityNames: o.authorities}
+	in := rbac.Input{Namespace: o.namespace, NodeAgent: o.nodeAgent, NodeAgentNamespace: o.nodeAgentNamespace, CAAdmin: o.caAdmin, AuthorityNames: o.authorities}
 	if o.signerConfig == "" && o.tokenServiceConfig == "" && !o.nodeAgent && !o.caAdmin {
 		return in, fmt.Errorf("nothing to render: give --signer-config, --token-service-config, --node-agent or --ca-admin")
 	}

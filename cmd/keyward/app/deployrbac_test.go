@@ -19,19 +19,53 @@ func runDeployRBAC(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+const tokenServiceComponent = "../../../deploy/kustomize/components/token-service"
+
+// The Makefile's BASE_RBAC_FLAGS and TOKEN_SERVICE_RBAC_FLAGS render the
+// shipped files.
 func TestDeployRBACRendersTheBaseFile(t *testing.T) {
 	base := filepath.Join("..", "..", "..", "deploy", "kustomize", "base")
-	out, err := runDeployRBAC(t, "--namespace", "keyward", "--signer-config", filepath.Join(base, "signer-config.yaml"), "--approver",
-		"--token-service-config", filepath.Join(base, "token-service-config.yaml"), "--node-agent", "--ca-admin")
-	if err != nil {
-		t.Fatal(err)
+	for file, args := range map[string][]string{
+		filepath.Join(base, "rbac.yaml"): {"--namespace", "keyward", "--signer-config", filepath.Join(base, "signer-config.yaml"), "--approver",
+			"--node-agent", "--node-agent-namespace", "keyward-node", "--ca-admin"},
+		filepath.Join(tokenServiceComponent, "rbac.yaml"): {"--namespace", "keyward",
+			"--token-service-config", filepath.Join(tokenServiceComponent, "token-service-config.yaml")},
+	} {
+		out, err := runDeployRBAC(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out != string(want) {
+			t.Errorf("the output differs from %s: run make generate", file)
+		}
 	}
-	want, err := os.ReadFile(filepath.Join(base, "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != string(want) {
-		t.Error("the output differs from deploy/kustomize/base/rbac.yaml: run make generate")
+}
+
+// The node agent's ServiceAccount goes to --node-agent-namespace (default
+// keyward-node), never to --namespace: its namespace is Pod Security
+// privileged, keyward's restricted.
+func TestDeployRBACNodeAgentNamespace(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"the default is keyward-node", []string{"--namespace", "ops", "--node-agent"}, "keyward-node"},
+		{"the flag names it", []string{"--namespace", "ops", "--node-agent", "--node-agent-namespace", "ops-node"}, "ops-node"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := runDeployRBAC(t, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "  name: keyward-node-agent\n  namespace: "+c.want+"\n") {
+				t.Errorf("the node agent's ServiceAccount is not in %s:\n%s", c.want, out)
+			}
+		})
 	}
 }
 
@@ -59,8 +93,7 @@ func TestDeployRBACWithNothingToRenderFails(t *testing.T) {
 // --authority SIGNER=NAME moves the Authority writes to the given name; the
 // derived name is granted nothing then.
 func TestDeployRBACAuthorityFlagNamesTheAuthority(t *testing.T) {
-	base := filepath.Join("..", "..", "..", "deploy", "kustomize", "base")
-	out, err := runDeployRBAC(t, "--token-service-config", filepath.Join(base, "token-service-config.yaml"),
+	out, err := runDeployRBAC(t, "--token-service-config", filepath.Join(tokenServiceComponent, "token-service-config.yaml"),
 		"--authority", "keyward.dev/registry-token=registry-token")
 	if err != nil {
 		t.Fatal(err)

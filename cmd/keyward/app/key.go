@@ -5,8 +5,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"strings"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/keyward/keyward/backends"

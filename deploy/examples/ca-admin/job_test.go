@@ -51,7 +51,7 @@ func TestJobRunsCAInitAsTheCAAdmin(t *testing.T) {
 	if err := cmd.ParseFlags(rest); err != nil {
 		t.Fatalf("keyward ca init refuses the Job's flags: %v", err)
 	}
-	for _, f := range []string{"config", "signer", "generation", "key-uri"} {
+	for _, f := range []string{"signer", "generation", "key-uri", "max-leaf-lifetime"} {
 		if !cmd.Flags().Changed(f) {
 			t.Errorf("the Job does not set --%s", f)
 		}
@@ -96,6 +96,11 @@ func TestJobIsAdmittedUnderRestricted(t *testing.T) {
 			"pod-security.kubernetes.io/warn":    "restricted",
 		},
 	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The base's RBAC puts the node agent's ServiceAccount in its own
+	// namespace.
+	if err := controlplane.EnsureNamespace(ctx, admin, "keyward-node"); err != nil {
 		t.Fatal(err)
 	}
 	rbacYAML, err := deploy.Base.ReadFile("kustomize/base/rbac.yaml")

@@ -1,6 +1,11 @@
-{{/* Namespace of every namespaced object. */}}
+{{/* Namespace of every namespaced object but the node agent's. */}}
 {{- define "keyward.namespace" -}}
 {{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{/* The node agent's own namespace (Pod Security privileged). */}}
+{{- define "keyward.nodeNamespace" -}}
+{{- default (printf "%s-node" (include "keyward.namespace" .)) .Values.nodeAgent.namespace -}}
 {{- end -}}
 
 {{/* Labels of every object; pass (dict "ctx" $ "component" "signer"). */}}
@@ -144,6 +149,8 @@ kind: TokenServiceConfiguration
 {{/* The NodeAgentConfiguration. */}}
 {{- define "keyward.nodeAgentConfig" -}}
 {{- $cfg := deepCopy .Values.nodeAgent.config -}}
+{{- if not $cfg.stateDir }}{{ $_ := set $cfg "stateDir" .Values.nodeAgent.hostPaths.state }}{{ end -}}
+{{- if not $cfg.kubeconfig }}{{ $_ := set $cfg "kubeconfig" .Values.nodeAgent.hostPaths.kubeconfig }}{{ end -}}
 {{- $_ := set $cfg "metricsAddress" (ternary ":9465" "127.0.0.1:9465" .Values.nodeAgent.exposeMetrics) -}}
 {{- $_ = set $cfg "healthAddress" "127.0.0.1:9466" -}}
 apiVersion: keyward.dev/v1alpha1
