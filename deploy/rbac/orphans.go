@@ -9,10 +9,16 @@ import (
 // Orphans lists, in a rendered manifest, the RBAC of components it does
 // not run: ServiceAccounts no Deployment's or DaemonSet's pod runs as,
 // bindings to any other subject, and roles no binding names. A manifest
-// that drops a component must drop its grants too.
+// that drops a component must drop its grants too. The CA administrator
+// (component ca-admin) is the one identity no workload of the manifest
+// runs as: people, or the Job of docs/production/ca-admin.md, use it on
+// demand.
 func Orphans(objs []*unstructured.Unstructured) []string {
 	used := map[string]bool{} // namespace/name
 	for _, u := range objs {
+		if u.GetKind() == "ServiceAccount" && u.GetLabels()["app.kubernetes.io/component"] == "ca-admin" {
+			used[u.GetNamespace()+"/"+u.GetName()] = true
+		}
 		if u.GetKind() != "Deployment" && u.GetKind() != "DaemonSet" {
 			continue
 		}
