@@ -154,7 +154,7 @@ func run(o options) error {
 		return fmt.Errorf("packaging the chart: %w", err)
 	}
 	sbom := filepath.Join(o.dist, "keyward-"+o.version+".sbom.cdx.json")
-	if err := runCmd([]string{"CGO_ENABLED=1"}, o.sbomTool, "app", "-json", "-main", "cmd/keyward", "-output", sbom, "-serial-number", "-output-version", "1.6", "."); err != nil {
+	if err := runCmd([]string{"CGO_ENABLED=1"}, o.sbomTool, "app", "-json", "-std", "-noserial", "-notimestamp", "-main", "cmd/keyward", "-output", sbom, "-output-version", "1.6", "."); err != nil {
 		return fmt.Errorf("writing the SBOM: %w", err)
 	}
 	return checksums(o.dist, os.Stdout)
