@@ -15,7 +15,7 @@ func newNodeCommand() *cobra.Command {
 		Use:   "node",
 		Short: "Node side: subject keys and credential files for node daemons",
 	}
-	cmd.AddCommand(newNodeKeygenCommand(), newNodeTrustCommand(), newNodeAgentCommand())
+	cmd.AddCommand(newNodeKeygenCommand(), newNodeTrustCommand(), newNodeAgentCommand(), newNodeVerifyCommand())
 	return cmd
 }
 
