@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 				return err
 			}
 		}
+		// helm test creates its ServiceAccount (hook weight -1) before
+		// its pod; the dry runs of the pod need it to exist.
+		if err := ensureServiceAccount(ctx, c.AdminClient(), namespace, testServiceAccount); err != nil {
+			return err
+		}
 		crds, err := renderedCRDs()
 		if err != nil {
 			return err

@@ -75,7 +75,10 @@ func HelmPrometheusRule(rules []byte) []byte {
 	b.WriteString("{{- if .Values.metrics.prometheusRule.enabled }}\n")
 	b.WriteString(generatedFromRules)
 	b.WriteString("apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n")
-	fmt.Fprintf(&b, "  name: %s\n  namespace: {{ .Values.namespaceOverride | default .Release.Namespace }}\n  labels:\n    %s\n", prometheusRuleName, prometheusRuleLabel)
+	// The chart's labels of every object (commonLabels included), then the
+	// ones the Prometheus selects on.
+	fmt.Fprintf(&b, "  name: %s\n  namespace: {{ .Values.namespaceOverride | default .Release.Namespace }}\n  labels:\n", prometheusRuleName)
+	b.WriteString("    {{- include \"keyward.labels\" (dict \"ctx\" $) | nindent 4 }}\n")
 	b.WriteString("    {{- with .Values.metrics.prometheusRule.labels }}\n    {{- toYaml . | nindent 4 }}\n    {{- end }}\n")
 	b.WriteString("spec:\n")
 	b.WriteString(indent(strings.ReplaceAll(string(rules), "{{", `{{ "{{" }}`), "  "))

@@ -118,6 +118,8 @@ func helmTemplate(t *testing.T, set ...string) []byte {
 		files[filepath.Join("templates", filepath.Base(p))] = ""
 	}
 	files[filepath.Join("files", "dashboards", "keyward.json")] = ""
+	// The templates label their objects with the chart's keyward.labels.
+	files[filepath.Join("templates", "_helpers.tpl")] = ""
 	for name, content := range files {
 		full := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {

@@ -7,7 +7,8 @@ import (
 )
 
 // Orphans lists, in a rendered manifest, the RBAC of components it does
-// not run: ServiceAccounts no Deployment's or DaemonSet's pod runs as,
+// not run: ServiceAccounts no Deployment's, DaemonSet's or bare Pod's pod
+// runs as,
 // bindings to any other subject, and roles no binding names. A manifest
 // that drops a component must drop its grants too. The CA administrator
 // (component ca-admin) is the one identity no workload of the manifest
@@ -19,10 +20,15 @@ func Orphans(objs []*unstructured.Unstructured) []string {
 		if u.GetKind() == "ServiceAccount" && u.GetLabels()["app.kubernetes.io/component"] == "ca-admin" {
 			used[u.GetNamespace()+"/"+u.GetName()] = true
 		}
-		if u.GetKind() != "Deployment" && u.GetKind() != "DaemonSet" {
+		var sa string
+		switch u.GetKind() {
+		case "Deployment", "DaemonSet":
+			sa, _, _ = unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
+		case "Pod": // a bare pod, such as the chart's helm test
+			sa, _, _ = unstructured.NestedString(u.Object, "spec", "serviceAccountName")
+		default:
 			continue
 		}
-		sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
 		used[u.GetNamespace()+"/"+sa] = true
 	}
 	bound := map[string]bool{} // Kind/namespace/name of roles

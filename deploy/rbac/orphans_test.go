@@ -35,6 +35,15 @@ metadata: {name: keyward-token-service}
 roleRef: {kind: ClusterRole, name: keyward-token-service}
 subjects: [{kind: ServiceAccount, name: keyward-token-service, namespace: keyward}]
 ---
+apiVersion: v1
+kind: Pod
+metadata: {name: keyward-test-signer, namespace: keyward}
+spec: {serviceAccountName: keyward-test}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: keyward-test, namespace: keyward}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: nobody}`, "---\n") {
@@ -52,5 +61,8 @@ metadata: {name: nobody}`, "---\n") {
 	}
 	if strings.Contains(got, "keyward-signer") {
 		t.Errorf("Orphans names the signer's own grants:\n%s", got)
+	}
+	if strings.Contains(got, "keyward-test") {
+		t.Errorf("Orphans names the ServiceAccount a bare Pod runs as:\n%s", got)
 	}
 }

@@ -8,8 +8,29 @@
 {{- default (printf "%s-node" (include "keyward.namespace" .)) .Values.nodeAgent.namespace -}}
 {{- end -}}
 
-{{/* Labels of every object; pass (dict "ctx" $ "component" "signer"). */}}
-{{- define "keyward.labels" -}}
+{{/*
+Prefix of every cluster-scoped name (ClusterRoles, ClusterRoleBindings,
+the admission policy): the release name when it contains "keyward", else
+<release>-keyward. A release named keyward keeps the names keyward-signer,
+keyward-approver, ... that deploy/rbac and the kustomize base use; a second
+release gets its own.
+*/}}
+{{- define "keyward.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* global.commonLabels merged with commonLabels (which wins), as a dict. */}}
+{{- define "keyward.commonLabels" -}}
+{{- $g := default (dict) .Values.global -}}
+{{- toJson (mustMergeOverwrite (dict) (default (dict) $g.commonLabels) (default (dict) .Values.commonLabels)) -}}
+{{- end -}}
+
+{{/* The chart's own labels of an object; pass (dict "ctx" $ "component" "signer"). */}}
+{{- define "keyward.chartLabels" -}}
 app.kubernetes.io/part-of: keyward
 app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
@@ -21,19 +42,110 @@ app.kubernetes.io/component: {{ . }}
 {{- end }}
 {{- end -}}
 
+{{/*
+Labels of every object: commonLabels (and global.commonLabels), then the
+chart's own, which win (selectors and the ServiceMonitor rely on them);
+pass (dict "ctx" $ "component" "signer"), component optional.
+*/}}
+{{- define "keyward.labels" -}}
+{{- $l := include "keyward.commonLabels" .ctx | fromJson -}}
+{{- $l = mustMergeOverwrite $l (include "keyward.chartLabels" . | fromYaml) -}}
+{{- toYaml $l -}}
+{{- end -}}
+
+{{/*
+Labels of a component's pods: the object labels plus podLabels and the
+component's own podLabels (which win over podLabels), never over the
+chart's; pass (dict "ctx" $ "component" "signer" "values" $s).
+*/}}
+{{- define "keyward.podLabels" -}}
+{{- $l := include "keyward.commonLabels" .ctx | fromJson -}}
+{{- $l = mustMergeOverwrite $l (default (dict) .ctx.Values.podLabels) (default (dict) .values.podLabels) -}}
+{{- $l = mustMergeOverwrite $l (include "keyward.chartLabels" . | fromYaml) -}}
+{{- toYaml $l -}}
+{{- end -}}
+
+{{/*
+Annotations of a component's pods: podAnnotations, the component's
+podAnnotations, then the chart's (the config checksum); pass
+(dict "ctx" $ "values" $s "annotations" (dict ...)).
+*/}}
+{{- define "keyward.podAnnotations" -}}
+{{- $a := mustMergeOverwrite (dict) (default (dict) .ctx.Values.podAnnotations) (default (dict) .values.podAnnotations) (default (dict) .annotations) -}}
+{{- with $a }}
+{{- toYaml . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Pod spec fields every keyward pod shares: imagePullSecrets
+(global.imagePullSecrets then imagePullSecrets, each name once) and
+priorityClassName (the component's, else priorityClassName, else
+global.priorityClassName), and the component's topologySpreadConstraints,
+each without a labelSelector getting the component's pod selector; pass
+(dict "ctx" $ "component" "signer" "values" $s).
+*/}}
+{{- define "keyward.podSpec" -}}
+{{- $g := default (dict) .ctx.Values.global -}}
+{{- $secrets := list -}}
+{{- $seen := dict -}}
+{{- range concat (default (list) $g.imagePullSecrets) (default (list) .ctx.Values.imagePullSecrets) -}}
+{{- if not (hasKey $seen .name) -}}
+{{- $_ := set $seen .name true -}}
+{{- $secrets = append $secrets (dict "name" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- with $secrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- with coalesce .values.priorityClassName .ctx.Values.priorityClassName $g.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (include "keyward.selector" $.component | fromYaml)) }}
+{{- end }}
+- {{ toYaml $c | nindent 2 | trim }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* Selector labels of a component's pods; pass the component. */}}
 {{- define "keyward.selector" -}}
 app.kubernetes.io/name: keyward-{{ . }}
 {{- end -}}
 
-{{/* The image; pass (dict "ctx" $ "softhsm" bool). */}}
+{{/*
+The image; pass (dict "ctx" $ "softhsm" bool). The -softhsm variant is
+another image: image.digest pins the plain one, image.softhsmDigest the
+variant, and a digest never gets a suffix. With image.digest set, a
+component on the variant needs image.softhsmDigest (else it would run an
+unpinned image, or the plain one by its digest).
+*/}}
 {{- define "keyward.image" -}}
 {{- $v := .ctx.Values.image -}}
-{{- $tag := default .ctx.Chart.AppVersion $v.tag -}}
-{{- if or .softhsm $v.softhsm -}}
-{{- $tag = printf "%s-softhsm" $tag -}}
+{{- $variant := or .softhsm $v.softhsm -}}
+{{- if and $v.digest $v.softhsmDigest (eq $v.digest $v.softhsmDigest) -}}
+{{- fail "image.softhsmDigest: equals image.digest, but the -softhsm variant is another image with its own digest" -}}
 {{- end -}}
-{{- printf "%s:%s" $v.repository $tag -}}
+{{- if $variant -}}
+{{- if and $v.digest (not $v.softhsmDigest) -}}
+{{- fail "image.softhsmDigest: required with image.digest when a component runs the -softhsm variant (signer.backend.type softhsm or image.softhsm): image.digest pins the plain image only" -}}
+{{- end -}}
+{{- if $v.softhsmDigest -}}
+{{- printf "%s@%s" $v.repository $v.softhsmDigest -}}
+{{- else -}}
+{{- printf "%s:%s-softhsm" $v.repository (default .ctx.Chart.AppVersion $v.tag) -}}
+{{- end -}}
+{{- else if $v.digest -}}
+{{- printf "%s@%s" $v.repository $v.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $v.repository (default .ctx.Chart.AppVersion $v.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "keyward.softhsm" -}}
@@ -212,13 +324,13 @@ subjects:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
-  name: keyward-{{ .component }}
+  name: {{ include "keyward.fullname" .ctx }}-{{ .component }}
   labels:
     {{- include "keyward.labels" . | nindent 4 }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
-  name: keyward-{{ .component }}
+  name: {{ include "keyward.fullname" .ctx }}-{{ .component }}
 subjects:
 - kind: ServiceAccount
   name: keyward-{{ .component }}
@@ -252,4 +364,24 @@ names, as JSON: the signer name with / as :, then :canary or :live.
 {{- $out = concat $out (list (printf "%s:canary" $b) (printf "%s:live" $b)) -}}
 {{- end -}}
 {{- toJson ($out | uniq | sortAlpha) -}}
+{{- end -}}
+
+{{- /*
+The signer entry helm test asks a pod certificate of, as JSON ({} when
+there is none): tests.signerName, which must be a podIdentity, spiffe or
+server name of signer.signers, else the first podIdentity or spiffe name
+(a server certificate needs the DNS names its policy allows).
+*/ -}}
+{{- define "keyward.testSigner" -}}
+{{- $want := .Values.tests.signerName -}}
+{{- $out := dict -}}
+{{- range .Values.signer.signers -}}
+{{- if and (not $out) (or (and $want (eq .name $want) (has .profile (list "podIdentity" "spiffe" "server"))) (and (not $want) (has .profile (list "podIdentity" "spiffe")))) -}}
+{{- $out = . -}}
+{{- end -}}
+{{- end -}}
+{{- if and $want (not $out) -}}
+{{- fail (printf "tests.signerName: %s is not a podIdentity, spiffe or server name of signer.signers (helm test asks a pod certificate of it)" $want) -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
