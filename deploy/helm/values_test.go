@@ -382,8 +382,10 @@ func TestTwoReleasesShareNoClusterScopedName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := controlplane.EnsureNamespace(ctx, cp.AdminClient(), r.ns); err != nil {
-			t.Fatal(err)
+		for _, ns := range []string{r.ns, r.ns + "-node"} {
+			if err := controlplane.EnsureNamespace(ctx, cp.AdminClient(), ns); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := ensureServiceAccount(ctx, cp.AdminClient(), r.ns, testServiceAccount); err != nil {
 			t.Fatal(err)
