@@ -46,6 +46,7 @@ func rbacInput(t *testing.T, valuesFile string, objs []*unstructured.Unstructure
 		in.TokenService = &tsIn
 	}
 	in.NodeAgent = find(objs, "DaemonSet", "keyward-node-agent") != nil
+	in.CAAdmin = find(objs, "ServiceAccount", "keyward-ca-admin") != nil
 	return in
 }
 

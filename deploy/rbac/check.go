@@ -196,7 +196,6 @@ func Expectations(in Input) []Check {
 		s.add(false, "never deletes an Authority (a generation's history is kept)", "delete", keyward, "authorities", "", "", "")
 		s.add(false, "never status: keyCheck and the phase record are the signer's and publisher's", "patch", keyward, "authorities", "status", "", "")
 		s.add(false, "never status: keyCheck and the phase record are the signer's and publisher's", "update", keyward, "authorities", "status", "", "")
-		s.add(true, "keyward trust status reads the bundles", "list", certificates, "clustertrustbundles", "", "", "")
 		s.add(false, "never publishes bundles (the trust publisher does)", "create", certificates, "clustertrustbundles", "", "", "")
 		s.add(false, "never deletes bundles", "delete", certificates, "clustertrustbundles", "", "", "")
 		for _, n := range sortedUnique(own, l(foreign)) {

@@ -329,13 +329,14 @@ func tokenServiceRules(in *Input, t *TokenServiceInput) []rule {
 
 // caAdminRules are what keyward ca init/import and keyward trust need:
 // add generations to Authorities (create or update) and move their phases
-// (update), and read the trust publisher's bundles for keyward trust
-// status. Nothing on status, Secrets, Leases or requests: it signs nothing
-// but the roots it makes, with keys it opens itself.
+// (update). keyward trust status also reads ClusterTrustBundles, which
+// every ServiceAccount may (the built-in
+// system:cluster-trust-bundle-discovery). Nothing on status, Secrets,
+// Leases or requests: it signs nothing but the roots it makes, with keys it
+// opens itself.
 func caAdminRules() []rule {
 	return []rule{
-		r("keyward ca init/import: create a signer's Authority or add a generation to it; keyward trust: move generations through their phases (spec only).", l(keyward), l("authorities"), nil, l("get", "list", "watch", "create", "update")),
-		r("keyward trust status: read the trust publisher's bundles and its record of phases.", l(certificates), l("clustertrustbundles"), nil, l("get", "list", "watch")),
+		r("keyward ca init/import: create a signer's Authority or add a generation to it; keyward trust: move generations through their phases (spec only). Reading ClusterTrustBundles needs no grant (system:cluster-trust-bundle-discovery).", l(keyward), l("authorities"), nil, l("get", "list", "watch", "create", "update")),
 	}
 }
 
