@@ -223,6 +223,27 @@ func TestPriorityClassNameFallsBackComponentTopGlobal(t *testing.T) {
 		})
 	}
 	refusedNaming(t, "/signer/priorityClassName", "signer: {priorityClassName: Not_A_Name}")
+
+	// The quota GKE needs for a system-*-critical class outside
+	// kube-system follows the class the node agent's pod gets, also when
+	// it comes from a fallback.
+	for _, values := range []string{"{}", "nodeAgent: {priorityClassName: ''}\npriorityClassName: system-node-critical",
+		"nodeAgent: {priorityClassName: ''}\nglobal: {priorityClassName: system-cluster-critical}"} {
+		objs := render(t, everyComponent, values)
+		class := pods(t, objs)["keyward-node-agent"].Spec.PriorityClassName
+		q := find(objs, "ResourceQuota", "keyward-node-critical-pods")
+		if q == nil {
+			t.Errorf("values %q: the node agent runs as %s and no ResourceQuota covers it", values, class)
+			continue
+		}
+		got, _, _ := unstructured.NestedSlice(q.Object, "spec", "scopeSelector", "matchExpressions")
+		if len(got) != 1 || fmt.Sprint(got[0].(map[string]any)["values"]) != "["+class+"]" {
+			t.Errorf("values %q: the quota covers %v, the pod runs as %s", values, got, class)
+		}
+	}
+	if q := find(render(t, everyComponent, "nodeAgent: {priorityClassName: ''}"), "ResourceQuota", "keyward-node-critical-pods"); q != nil {
+		t.Error("a quota for a node agent without a critical class")
+	}
 }
 
 // topologySpreadConstraints are the component's; one without a
