@@ -3,6 +3,7 @@ package helm
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,7 +112,7 @@ func TestChartInstallsFromAnOCIRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mapsEqualStr(before, dep.Spec.Template.Annotations) {
+	if maps.Equal(before, dep.Spec.Template.Annotations) {
 		t.Errorf("a configuration change left the signer's pod template as it was (annotations %v): its pods would not roll", before)
 	}
 
@@ -126,16 +127,4 @@ func TestChartInstallsFromAnOCIRegistry(t *testing.T) {
 	if _, err := auths.Get(ctx, "keyward.dev.pod-identity", metav1.GetOptions{}); err != nil {
 		t.Errorf("helm uninstall lost the Authority: %v", err)
 	}
-}
-
-func mapsEqualStr(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,15 +98,8 @@ func files(t *testing.T, img v1.Image) (map[string]*tar.Header, map[string][]byt
 // bundle) is checked as distroless documents it.
 func TestAssembledImageMatchesTheDockerfile(t *testing.T) {
 	img := assembled(t)
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := ParseDockerfile(bytes.NewReader(readDockerfile(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, _ := d.Stage("runtime")
+	cf, d, rt := configAndStage(t, img, "runtime")
+	var err error
 	var user string
 	var entrypoint []string
 	for _, in := range rt.Body {
@@ -131,7 +125,7 @@ func TestAssembledImageMatchesTheDockerfile(t *testing.T) {
 	if len(want) == 0 {
 		t.Fatal("the Dockerfile's runtime stage sets no labels")
 	}
-	if got := cf.Config.Labels; !mapsEqual(got, want) {
+	if got := cf.Config.Labels; !maps.Equal(got, want) {
 		t.Errorf("labels %v, the Dockerfile's %v", got, want)
 	}
 	if rt.Base != RuntimeBase {
@@ -184,16 +178,23 @@ func TestAssembledImageMatchesTheDockerfile(t *testing.T) {
 	}
 }
 
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
+// configAndStage returns img's configuration, the parsed Dockerfile and
+// its stage called stage, the recipe img must agree with.
+func configAndStage(t *testing.T, img v1.Image, stage string) (*v1.ConfigFile, *Dockerfile, Stage) {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
+	d, err := ParseDockerfile(bytes.NewReader(readDockerfile(t)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return true
+	st, ok := d.Stage(stage)
+	if !ok {
+		t.Fatalf("the Dockerfile has no stage %s", stage)
+	}
+	return cf, d, st
 }
 
 // resolve follows symlinks in hdrs from p to a regular file ("" if none).
@@ -335,15 +336,8 @@ func unpack(t *testing.T, img v1.Image) string {
 // image's /bin/sh runs what softhsm-init.sh needs (tr).
 func TestSoftHSMVariantMatchesTheDockerfileAndWorks(t *testing.T) {
 	img := assembledVariant(t, "softhsm")
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := ParseDockerfile(bytes.NewReader(readDockerfile(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := d.Stage("softhsm")
+	cf, d, st := configAndStage(t, img, "softhsm")
+	var err error
 	var user, conf string
 	var entrypoint, volumes []string
 	env := map[string]string{}
@@ -384,7 +378,7 @@ func TestSoftHSMVariantMatchesTheDockerfileAndWorks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !mapsEqual(cf.Config.Labels, want) {
+	if !maps.Equal(cf.Config.Labels, want) {
 		t.Errorf("labels %v, the Dockerfile's %v", cf.Config.Labels, want)
 	}
 	hdrs, data := files(t, img)

@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -94,7 +95,7 @@ func (w *warnings) take() []string {
 	return out
 }
 
-// Workload is one Deployment's or DaemonSet's pod template.
+// Workload is one Deployment's, DaemonSet's or Job's pod template.
 type Workload struct {
 	Kind, Namespace, Name string
 	// Template is the pod template; a copy may be changed (negative
@@ -103,7 +104,7 @@ type Workload struct {
 	obj      runtime.Object
 }
 
-// Workloads gives the Deployments and DaemonSets of objs.
+// Workloads gives the Deployments, DaemonSets and Jobs of objs.
 func Workloads(objs []*unstructured.Unstructured) ([]Workload, error) {
 	var out []Workload
 	for _, u := range objs {
@@ -120,6 +121,12 @@ func Workloads(objs []*unstructured.Unstructured) ([]Workload, error) {
 				return nil, fmt.Errorf("DaemonSet %s: %w", u.GetName(), err)
 			}
 			out = append(out, Workload{Kind: "DaemonSet", Namespace: d.Namespace, Name: d.Name, Template: d.Spec.Template, obj: &d})
+		case "Job":
+			var j batchv1.Job
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &j); err != nil {
+				return nil, fmt.Errorf("Job %s: %w", u.GetName(), err)
+			}
+			out = append(out, Workload{Kind: "Job", Namespace: j.Namespace, Name: j.Name, Template: j.Spec.Template, obj: &j})
 		}
 	}
 	return out, nil
@@ -210,6 +217,10 @@ func Admit(ctx context.Context, cfg *rest.Config, workloads []Workload) ([]strin
 			d := o.DeepCopy()
 			d.Namespace, d.Spec.Template = wl.Namespace, *wl.Template.DeepCopy()
 			_, err = client.AppsV1().DaemonSets(wl.Namespace).Create(ctx, d, dry)
+		case *batchv1.Job:
+			j := o.DeepCopy()
+			j.Namespace, j.Spec.Template = wl.Namespace, *wl.Template.DeepCopy()
+			_, err = client.BatchV1().Jobs(wl.Namespace).Create(ctx, j, dry)
 		}
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: refused: %v", id, err))

@@ -2,8 +2,6 @@ package testregistry
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -11,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distribution/distribution/v3/configuration"
 	"github.com/sirupsen/logrus"
 )
 
@@ -30,17 +27,7 @@ func StartOpen(t testing.TB) *Open {
 	if os.Getenv("KEYWARD_TEST_REGISTRY_LOG") == "" {
 		logrus.SetOutput(io.Discard)
 	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		t.Fatal(err)
-	}
-	cfg := &configuration.Configuration{}
-	cfg.Log.AccessLog.Disabled = true
-	cfg.HTTP.Secret = hex.EncodeToString(secret)
-	cfg.Storage = configuration.Storage{
-		"filesystem":  configuration.Parameters{"rootdirectory": filepath.Join(t.TempDir(), "storage")},
-		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
-	}
+	cfg := baseConfig(t, filepath.Join(t.TempDir(), "storage"))
 	ctx, cancel := context.WithCancel(context.Background())
 	app := newApp(t, ctx, cfg)
 	srv := httptest.NewServer(app)

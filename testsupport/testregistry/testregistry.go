@@ -212,17 +212,7 @@ func (r *Registry) run(t testing.TB, opts Options, extra *x509.Certificate) {
 		tokenAuth["signingalgorithms"] = algs
 	}
 
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		t.Fatal(err)
-	}
-	cfg := &configuration.Configuration{}
-	cfg.Log.AccessLog.Disabled = true
-	cfg.HTTP.Secret = hex.EncodeToString(secret)
-	cfg.Storage = configuration.Storage{
-		"filesystem":  configuration.Parameters{"rootdirectory": filepath.Join(r.dir, "storage")},
-		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
-	}
+	cfg := baseConfig(t, filepath.Join(r.dir, "storage"))
 	cfg.Auth = configuration.Auth{"token": tokenAuth}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -242,6 +232,24 @@ func (r *Registry) run(t testing.TB, opts Options, extra *x509.Certificate) {
 			t.Errorf("shutting the replaced test registry down: %v", err)
 		}
 	}
+}
+
+// baseConfig is a registry's configuration without auth: filesystem
+// storage in dir, no access log, no upload purging, a random HTTP secret.
+func baseConfig(t testing.TB, dir string) *configuration.Configuration {
+	t.Helper()
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &configuration.Configuration{}
+	cfg.Log.AccessLog.Disabled = true
+	cfg.HTTP.Secret = hex.EncodeToString(secret)
+	cfg.Storage = configuration.Storage{
+		"filesystem":  configuration.Parameters{"rootdirectory": dir},
+		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
+	}
+	return cfg
 }
 
 // newApp builds the registry's handler; NewApp panics on a bad

@@ -3,21 +3,20 @@ package caadmin_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/keyward/keyward/cmd/keyward/app"
 	"github.com/keyward/keyward/deploy"
 	caadmin "github.com/keyward/keyward/deploy/examples/ca-admin"
 	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/podsecurity"
 )
 
 func job(t *testing.T) *batchv1.Job {
@@ -61,18 +60,6 @@ func TestJobRunsCAInitAsTheCAAdmin(t *testing.T) {
 	}
 }
 
-// warnings collects the apiserver's warning headers.
-type warnings struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.list = append(w.list, text)
-}
-
 // On a real kube-apiserver, in the keyward namespace labelled as shipped
 // for the control plane (Pod Security "restricted", enforced), with the
 // shipped RBAC: the Job is admitted without a warning, and so is a Pod of
@@ -111,23 +98,19 @@ func TestJobIsAdmittedUnderRestricted(t *testing.T) {
 		t.Fatalf("applying the shipped RBAC: %v", err)
 	}
 
-	w := &warnings{}
-	cfg := rest.CopyConfig(cp.AdminConfig())
-	cfg.WarningHandler = w
-	cs, err := kubernetes.NewForConfig(cfg)
+	var u unstructured.Unstructured
+	if err := yaml.Unmarshal(caadmin.Job, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	workloads, err := podsecurity.Workloads([]*unstructured.Unstructured{&u})
+	if err != nil || len(workloads) != 1 {
+		t.Fatalf("the Job as a workload: %v (%d)", err, len(workloads))
+	}
+	problems, err := podsecurity.Admit(ctx, cp.AdminConfig(), workloads)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := job(t)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	if _, err := cs.BatchV1().Jobs(j.Namespace).Create(ctx, j, dry); err != nil {
-		t.Fatalf("the Job is refused: %v", err)
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ca-init", Namespace: j.Namespace}, Spec: j.Spec.Template.Spec}
-	if _, err := cs.CoreV1().Pods(j.Namespace).Create(ctx, pod, dry); err != nil {
-		t.Fatalf("a Pod of the Job's template is refused: %v", err)
-	}
-	if len(w.list) > 0 {
-		t.Fatalf("the apiserver warned: %q", w.list)
+	if len(problems) > 0 {
+		t.Fatalf("the Job under restricted:\n%s", strings.Join(problems, "\n"))
 	}
 }
