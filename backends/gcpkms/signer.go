@@ -125,7 +125,7 @@ var _ backends.Destroyer = (*Signer)(nil)
 
 // Destroy schedules the key version's destruction (backends.Destroyer):
 // DestroyCryptoKeyVersion. Cloud KMS keeps it DESTROY_SCHEDULED for the
-// crypto key's destroy-scheduled duration (24 hours unless set), during
+// crypto key's destroy-scheduled duration (30 days unless set), during
 // which RestoreCryptoKeyVersion brings it back; a version cannot be deleted
 // outright.
 func (s *Signer) Destroy(ctx context.Context) (string, error) {

@@ -35,17 +35,18 @@ import (
 // keeps the two recipes equal in entrypoint, user, working directory,
 // environment, labels and the files keyward needs.
 
-// RuntimePackages are the Debian 12 packages of the runtime image, those
-// distroless cc-debian12 carries that matter at run time: glibc, libgcc_s
-// and libstdc++ (for a vendor's C++ PKCS#11 library), the CA certificates,
+// RuntimePackages are the Debian 12 packages of the runtime image, those of
+// distroless base-debian12 and cc-debian12: base-files (/etc/os-release),
+// glibc, libssl3 (which vendor PKCS#11 libraries often link), libgcc_s,
+// libstdc++ and libgomp (for a vendor's C++ library), the CA certificates,
 // /etc/services and /etc/protocols, and time zones.
-var RuntimePackages = []string{"libc6", "libgcc-s1", "libstdc++6", "ca-certificates", "netbase", "tzdata"}
+var RuntimePackages = []string{"base-files", "libc6", "libssl3", "gcc-12-base", "libgcc-s1", "libstdc++6", "libgomp1", "ca-certificates", "netbase", "tzdata"}
 
 // SoftHSMPackages are the Debian 12 packages of the SoftHSM2 variant
 // (-softhsm, for CI clusters) beyond RuntimePackages: SoftHSM2 and the
 // libraries it links, and the shell and tools the softhsm overlay's init
 // script (softhsm-init.sh) runs: dash as /bin/sh, coreutils' tr.
-var SoftHSMPackages = []string{"softhsm2", "libsofthsm2", "softhsm2-common", "libssl3", "libsqlite3-0",
+var SoftHSMPackages = []string{"softhsm2", "libsofthsm2", "softhsm2-common", "libsqlite3-0",
 	"dash", "coreutils", "libacl1", "libattr1", "libselinux1", "libpcre2-8-0", "libgmp10"}
 
 // The SoftHSM2 variant's files and settings, as the Dockerfile's softhsm
@@ -240,11 +241,24 @@ func baseFilesLayer(certs []byte, at time.Time, variant string) ([]byte, error) 
 	}, extra...)...)
 }
 
-// skipped are package paths the image leaves out, as distroless does.
+// skipped are package paths the image leaves out, as distroless does
+// (documentation but each package's copyright file, which carries its
+// licence).
 var skipped = []string{"usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/lintian/", "usr/share/locale/"}
 
+// keptDocs are usr/share/doc/PKG (a directory, or a link to another's)
+// and its copyright file.
+var keptDocs = regexp.MustCompile(`^usr/share/doc/[^/]+(/|/copyright)?$`)
+
+func skip(name string) bool {
+	if keptDocs.MatchString(name) {
+		return false
+	}
+	return slices.ContainsFunc(skipped, func(p string) bool { return strings.HasPrefix(name, p) && name != p })
+}
+
 // packagesLayer unpacks the .deb files (dpkg-deb --fsys-tarfile) into one
-// layer, each path once, owners root, times at; and returns the CA bundle
+// layer, each path once, owners and modes as packaged, times at; and returns the CA bundle
 // made from ca-certificates' Mozilla certificates in name order.
 func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 	if len(debs) == 0 {
@@ -273,8 +287,11 @@ func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 				return nil, nil, fmt.Errorf("reading %s: %w", deb, err)
 			}
 			name := strings.TrimPrefix(h.Name, "./")
-			if name == "" || slices.ContainsFunc(skipped, func(p string) bool { return strings.HasPrefix(name, p) || name+"/" == p }) {
+			if name == "" || skip(name) {
 				continue
+			}
+			if h.Typeflag == tar.TypeLink || h.Typeflag == tar.TypeChar || h.Typeflag == tar.TypeBlock {
+				return nil, nil, fmt.Errorf("%s: %s is a hard link or a device: Assemble does not carry those over", deb, name)
 			}
 			data, err := io.ReadAll(tr)
 			if err != nil {
@@ -288,7 +305,9 @@ func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 				continue
 			}
 			seen[key] = true
-			hdr := &tar.Header{Typeflag: h.Typeflag, Name: name, Linkname: h.Linkname, Mode: h.Mode, Size: int64(len(data)), ModTime: at, Format: tar.FormatPAX}
+			// Owners and modes as packaged (base-files' /var/local is
+			// root:staff 2775); only the times are the release's.
+			hdr := &tar.Header{Typeflag: h.Typeflag, Name: name, Linkname: h.Linkname, Mode: h.Mode, Uid: h.Uid, Gid: h.Gid, Uname: h.Uname, Gname: h.Gname, Size: int64(len(data)), ModTime: at, Format: tar.FormatPAX}
 			if err := tw.WriteHeader(hdr); err != nil {
 				return nil, nil, err
 			}
@@ -400,7 +419,8 @@ func WriteOCIArchive(archive string, idx v1.ImageIndex, ref string, at time.Time
 // FetchDebs downloads packages for arch into dir with apt-get
 // download (the versions the machine's Debian 12 sources serve), unless
 // each is there already, and returns their paths (of several files of one
-// package, the last in name order).
+// package, the newest version). A package once downloaded is not fetched
+// again: delete the cache directory to take Debian's security updates.
 func FetchDebs(dir, arch string, packages []string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -441,10 +461,26 @@ func FetchDebs(dir, arch string, packages []string) ([]string, error) {
 		if len(m) == 0 {
 			return nil, fmt.Errorf("%s: no %s package after apt-get download", dir, p)
 		}
-		sort.Strings(m)
-		debs = append(debs, m[len(m)-1])
+		newest := m[0]
+		for _, f := range m[1:] {
+			// Debian's version order (deb12u14 after deb12u9), not names'.
+			if exec.Command("dpkg", "--compare-versions", debVersion(f), "gt", debVersion(newest)).Run() == nil {
+				newest = f
+			}
+		}
+		debs = append(debs, newest)
 	}
 	return debs, nil
+}
+
+// debVersion is the version in a .deb's file name (NAME_VERSION_ARCH.deb,
+// with the epoch's colon as %3a).
+func debVersion(path string) string {
+	parts := strings.Split(strings.TrimSuffix(filepath.Base(path), ".deb"), "_")
+	if len(parts) < 3 {
+		return ""
+	}
+	return strings.ReplaceAll(parts[1], "%3a", ":")
 }
 
 // PushOCIArchive pushes the image index in an OCI archive that

@@ -190,8 +190,8 @@ func Expectations(in Input) []Check {
 	if in.CAAdmin {
 		s := newSA(&out, ns, CAAdminName)
 		secrets(s)
-		for _, v := range []string{"get", "list", "watch", "create", "update"} {
-			s.add(true, "keyward ca and keyward trust write Authorities' specs", v, keyward, "authorities", "", "", "")
+		for _, v := range []string{"get", "list", "watch", "create", "update", "patch"} {
+			s.add(true, "keyward ca and keyward trust write Authorities' specs (patch: dropping an override annotation)", v, keyward, "authorities", "", "", "")
 		}
 		s.add(false, "never deletes an Authority (a generation's history is kept)", "delete", keyward, "authorities", "", "", "")
 		s.add(false, "never status: keyCheck and the phase record are the signer's and publisher's", "patch", keyward, "authorities", "status", "", "")

@@ -328,15 +328,17 @@ func tokenServiceRules(in *Input, t *TokenServiceInput) []rule {
 }
 
 // caAdminRules are what keyward ca init/import and keyward trust need:
-// add generations to Authorities (create or update) and move their phases
-// (update). keyward trust status also reads ClusterTrustBundles, which
+// add generations to Authorities (create or update), move their phases
+// (update), and drop a used override annotation (patch: the `kubectl
+// annotate authority NAME keyward.dev/override-` that keyward trust --force
+// asks for). keyward trust bundle also reads ClusterTrustBundles, which
 // every ServiceAccount may (the built-in
-// system:cluster-trust-bundle-discovery). Nothing on status, Secrets,
+// system:cluster-trust-bundle-discovery; people need it bound). Nothing on status, Secrets,
 // Leases or requests: it signs nothing but the roots it makes, with keys it
 // opens itself.
 func caAdminRules() []rule {
 	return []rule{
-		r("keyward ca init/import: create a signer's Authority or add a generation to it; keyward trust: move generations through their phases (spec only). Reading ClusterTrustBundles needs no grant (system:cluster-trust-bundle-discovery).", l(keyward), l("authorities"), nil, l("get", "list", "watch", "create", "update")),
+		r("keyward ca init/import: create a signer's Authority or add a generation to it; keyward trust: move generations through their phases (spec only), and drop a used override annotation (kubectl annotate: patch). Reading ClusterTrustBundles needs no grant for a ServiceAccount (system:cluster-trust-bundle-discovery).", l(keyward), l("authorities"), nil, l("get", "list", "watch", "create", "update", "patch")),
 	}
 }
 

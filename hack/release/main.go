@@ -52,6 +52,7 @@ type options struct {
 	dist, debCache    string
 	archs             []string
 	helm, sbomTool    string
+	allowDirty        bool
 }
 
 func main() {
@@ -75,6 +76,7 @@ func main() {
 	flag.StringVar(&archs, "arch", "amd64,arm64", "architectures")
 	flag.StringVar(&o.helm, "helm", "bin/helm", "the helm binary")
 	flag.StringVar(&o.sbomTool, "cyclonedx-gomod", "bin/cyclonedx-gomod", "the cyclonedx-gomod binary")
+	flag.BoolVar(&o.allowDirty, "allow-dirty", false, "release from a tree with uncommitted changes (the artifacts then name a commit they were not built from)")
 	flag.Parse()
 	o.archs = strings.Split(archs, ",")
 	if err := run(o); err != nil {
@@ -86,6 +88,12 @@ func main() {
 func run(o options) error {
 	if o.version == "" {
 		return errors.New("--version is required")
+	}
+	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 && !o.allowDirty {
+		return fmt.Errorf("the tree has uncommitted changes, which the artifacts would carry under commit HEAD's name: commit or stash them (or pass -allow-dirty):\n%s", out)
+	}
+	if out, err := exec.Command("git", "describe", "--tags", "--exact-match").Output(); err != nil || strings.TrimSpace(string(out)) != "v"+o.version {
+		fmt.Fprintf(os.Stderr, "release: note: HEAD is not tagged v%s (a release is made from its tag)\n", o.version)
 	}
 	if o.revision == "" {
 		out, err := exec.Command("git", "rev-parse", "HEAD").Output()

@@ -49,7 +49,7 @@ const (
 	GetPublicKey           = "GetPublicKey"
 	CreateCryptoKeyVersion = "CreateCryptoKeyVersion"
 	AsymmetricSign         = "AsymmetricSign"
-	// DestroyCryptoKeyVersion schedules a version's destruction 24 hours
+	// DestroyCryptoKeyVersion schedules a version's destruction 30 days
 	// on (the service's default destroy-scheduled duration); it then signs
 	// nothing.
 	DestroyCryptoKeyVersion = "DestroyCryptoKeyVersion"
@@ -349,7 +349,7 @@ func (s *Server) CreateCryptoKeyVersion(ctx context.Context, req *kmspb.CreateCr
 }
 
 // DestroyCryptoKeyVersion makes an ENABLED or DISABLED version
-// DESTROY_SCHEDULED, 24 hours on.
+// DESTROY_SCHEDULED, 30 days on.
 func (s *Server) DestroyCryptoKeyVersion(ctx context.Context, req *kmspb.DestroyCryptoKeyVersionRequest) (*kmspb.CryptoKeyVersion, error) {
 	if _, err := s.begin(ctx, DestroyCryptoKeyVersion); err != nil {
 		return nil, err
@@ -366,7 +366,7 @@ func (s *Server) DestroyCryptoKeyVersion(ctx context.Context, req *kmspb.Destroy
 		return nil, status.Errorf(codes.FailedPrecondition, "%s is not enabled or disabled, current state is: %s.", req.GetName(), st)
 	}
 	v.pb.State = kmspb.CryptoKeyVersion_DESTROY_SCHEDULED
-	v.pb.DestroyTime = timestamppb.New(time.Now().Add(24 * time.Hour))
+	v.pb.DestroyTime = timestamppb.New(time.Now().Add(30 * 24 * time.Hour))
 	return proto.CloneOf(v.pb), nil
 }
 

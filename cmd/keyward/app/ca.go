@@ -162,7 +162,7 @@ func (o *caOptions) allowKeyURIModule() {
 	if err != nil || u.Scheme != "pkcs11" {
 		return
 	}
-	m := u.Query["module-path"]
+	m := u.Attr("module-path")
 	if m == "" {
 		return
 	}
@@ -281,7 +281,11 @@ func checkWriteAccess(ctx context.Context, cs kubernetes.Interface, tgt target) 
 	if ra.Name != "" {
 		what += " " + ra.Name
 	}
-	return fmt.Errorf("%s may not %s %s, so nothing was done and no key was made or opened: run keyward ca as an identity bound to the keyward-ca-admin ClusterRole (docs/production/ca-admin.md)", who, verb, what)
+	reason := ""
+	if r.Status.Reason != "" || r.Status.EvaluationError != "" {
+		reason = " (" + strings.TrimSpace(r.Status.Reason+" "+r.Status.EvaluationError) + ")"
+	}
+	return fmt.Errorf("%s may not %s %s%s, so nothing was written and no key was made: run keyward ca as an identity bound to the CA administrator's ClusterRole (keyward-ca-admin; Helm: <release>-ca-admin; docs/production/ca-admin.md)", who, verb, what, reason)
 }
 
 func checkNewGeneration(a *v1alpha1.Authority, gen string) error {
@@ -323,10 +327,10 @@ func (o *caOptions) addGeneration(ctx context.Context, ac *authclient.Client, na
 			return err
 		}
 		if a.Spec.SignerName != o.signer {
-			return fmt.Errorf("Authority %s is for signer %s, not %s", name, a.Spec.SignerName, o.signer)
+			return refusedLocally{fmt.Errorf("Authority %s is for signer %s, not %s", name, a.Spec.SignerName, o.signer)}
 		}
 		if err := checkNewGeneration(a, gen.Name); err != nil {
-			return err
+			return refusedLocally{err}
 		}
 		gen.Phase = v1alpha1.PhaseStaged
 		if len(a.Spec.Generations) == 0 {
@@ -338,7 +342,7 @@ func (o *caOptions) addGeneration(ctx context.Context, ac *authclient.Client, na
 		if gen.Phase == v1alpha1.PhaseActive {
 			for _, g := range a.Spec.Generations {
 				if g.Phase == v1alpha1.PhaseActive {
-					return fmt.Errorf("generation %s is already Active in Authority %s: add %s Staged and rotate with keyward trust", g.Name, name, gen.Name)
+					return refusedLocally{fmt.Errorf("generation %s is already Active in Authority %s: add %s Staged and rotate with keyward trust", g.Name, name, gen.Name)}
 				}
 			}
 		}

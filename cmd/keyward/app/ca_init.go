@@ -185,37 +185,66 @@ func (o *caInitOptions) Run(ctx context.Context, out io.Writer) error {
 	}
 	return o.withKey(ctx, o.openKey, func(key backends.Signer) error {
 		root, err := ca.SelfSign(ctx, key, o.cert)
-		if err == nil {
-			var a *v1alpha1.Authority
-			a, err = o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: ca.EncodePEM(root)})
-			if err == nil {
-				if err := printAdded(out, a, o.generation, key); err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(out, "root: %q, valid %s to %s, path length %d\n", root.Subject, root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), root.MaxPathLen)
-				return err
+		if err != nil {
+			if o.createKey {
+				// Nothing was written: the root was never made.
+				return o.destroyCreated(out, ac, tgt.name, key, err, true)
 			}
+			return err
 		}
-		if o.createKey {
-			return o.destroyCreated(ac, tgt.name, key, err)
+		a, err := o.addGeneration(ctx, ac, tgt.name, v1alpha1.Generation{Name: o.generation, KeyURI: key.URI(), CertificatePEM: ca.EncodePEM(root)})
+		if err != nil {
+			if o.createKey {
+				return o.destroyCreated(out, ac, tgt.name, key, err, notWritten(err))
+			}
+			return err
 		}
+		if err := printAdded(out, a, o.generation, key); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "root: %q, valid %s to %s, path length %d\n", root.Subject, root.NotBefore.UTC().Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339), root.MaxPathLen)
 		return err
 	})
 }
 
-// destroyCreated destroys the key ca init created, after the root or the
-// generation failed (cause): a failed try leaves no orphaned key in the HSM
-// or KMS. A write that failed may still have landed (a timeout after the
-// apiserver stored it), so the Authority is read again first, and a key
-// it names, or a read that fails, keeps the key. The cleanup gets its own
-// short deadline, since cause is often the command's own deadline.
-func (o *caInitOptions) destroyCreated(ac *authclient.Client, authority string, key backends.Signer, cause error) error {
-	keep := func(why string) error {
-		return fmt.Errorf("%w (the key %s was created and is kept, %s: re-run with --key-uri '%s' and without --create-key, or remove it)", cause, key.URI(), why, key.URI())
+// refusedLocally marks an error of addGeneration's own checks (the
+// generation exists, another is Active, the Authority is another
+// signer's): returned before any write.
+type refusedLocally struct{ error }
+
+func (r refusedLocally) Unwrap() error { return r.error }
+
+// notWritten reports whether err proves the generation was not stored:
+// one of addGeneration's own checks refused it, or the apiserver answered
+// with a refusal (4xx but 408 and 429). A timeout, a dropped connection, a
+// 5xx or the command's deadline leave it open whether the write landed.
+func notWritten(err error) bool {
+	var local refusedLocally
+	if errors.As(err, &local) {
+		return true
 	}
-	d, ok := key.(backends.Destroyer)
-	if !ok {
-		return keep("its backend cannot destroy keys")
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		c := st.Status().Code
+		return c >= 400 && c < 500 && c != 408 && c != 429
+	}
+	return false
+}
+
+// destroyCreated deals with the key ca init created when the root or the
+// generation failed (cause), so that a failed try leaves no orphaned key
+// in the HSM or KMS and never destroys a key an Authority names:
+//   - the Authority is read again: if generation GEN names the key, the
+//     write landed after all, and that is success;
+//   - refused (the write provably did not happen): the key is destroyed;
+//   - otherwise (a timeout, a dropped connection, a 5xx: the write may
+//     still land), or when the Authority cannot be read, the key is kept
+//     and the message says how to finish by hand.
+//
+// It gets its own short deadline, since cause is often the command's own.
+func (o *caInitOptions) destroyCreated(out io.Writer, ac *authclient.Client, authority string, key backends.Signer, cause error, refused bool) error {
+	keep := func(why string) error {
+		return fmt.Errorf("%w\nthe key %s was created and is kept: %s", cause, key.URI(), why)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -223,13 +252,26 @@ func (o *caInitOptions) destroyCreated(ac *authclient.Client, authority string, 
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return keep(fmt.Sprintf("since Authority %s could not be read again to rule out that it names the key (%v)", authority, err))
+		return keep(fmt.Sprintf("Authority %s could not be read again to see whether it names the key (%v); if it has no generation %s, re-run with --key-uri '%s' and without --create-key, or remove the key", authority, err, o.generation, key.URI()))
 	default:
 		for _, g := range a.Spec.Generations {
-			if g.KeyURI == key.URI() {
-				return keep(fmt.Sprintf("since Authority %s names it in generation %s", authority, g.Name))
+			if g.KeyURI != key.URI() {
+				continue
 			}
+			if g.Name == o.generation {
+				// The write landed although the call reported an error.
+				fmt.Fprintf(out, "the write reported %v, but Authority %s has generation %s with the new key:\n", cause, authority, g.Name)
+				return printAdded(out, a, o.generation, key)
+			}
+			return keep(fmt.Sprintf("Authority %s names it in generation %s", authority, g.Name))
 		}
+	}
+	if !refused {
+		return keep(fmt.Sprintf("the apiserver did not say whether it stored generation %s, and the write may still land; check `kubectl get authority %s -o yaml`: if generation %s is absent, re-run with --key-uri '%s' and without --create-key", o.generation, authority, o.generation, key.URI()))
+	}
+	d, ok := key.(backends.Destroyer)
+	if !ok {
+		return keep(fmt.Sprintf("its backend cannot destroy keys: re-run with --key-uri '%s' and without --create-key, or remove it", key.URI()))
 	}
 	what, err := d.Destroy(ctx)
 	if err != nil {
