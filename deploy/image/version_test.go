@@ -47,14 +47,20 @@ func TestOneVersionEverywhere(t *testing.T) {
 	}
 	for _, o := range overlays {
 		b, _ := os.ReadFile(o)
-		for _, m := range newTag.FindAllStringSubmatch(string(b), -1) {
-			if m[1] != version && m[1] != version+"-softhsm" {
-				t.Errorf("%s: newTag %s, VERSION %s", o, m[1], version)
+		tags := newTag.FindAllStringSubmatch(string(b), -1)
+		if len(tags) == 0 {
+			t.Errorf("%s pins no newTag: it would deploy whatever the base names", o)
+		}
+		softhsm := filepath.Base(filepath.Dir(o)) == "softhsm"
+		for _, m := range tags {
+			if m[1] != version && !(softhsm && m[1] == version+"-softhsm") {
+				t.Errorf("%s: newTag %s, VERSION %s (the -softhsm variant only in the softhsm overlay)", o, m[1], version)
 			}
 		}
 	}
 	// Every reference to keyward's image in docs, examples and manifests.
-	ref := regexp.MustCompile(`ghcr\.io/keyward/keyward:([0-9v][^\s"'\x60)]*)`)
+	ref := regexp.MustCompile(`ghcr\.io/keyward/keyward:([^\s"'\x60)$]+)`)
+	placeholder := regexp.MustCompile(`^(VERSION|<version>|…)(-softhsm)?[.,;:]?$`)
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -79,6 +85,9 @@ func TestOneVersionEverywhere(t *testing.T) {
 			return err
 		}
 		for _, m := range ref.FindAllStringSubmatch(string(b), -1) {
+			if placeholder.MatchString(m[1]) {
+				continue // VERSION, <version>-softhsm, … in prose
+			}
 			if m[1] != version && m[1] != version+"-softhsm" {
 				t.Errorf("%s: %s, VERSION %s", rel, m[0], version)
 			}

@@ -58,7 +58,7 @@ type build struct {
 // chart: no overlay runs it, and the builds with the component are the
 // ones a user would write.
 var builds = []build{
-	{dir: "base", signerReplicas: 2, signerImage: image + ":latest"},
+	{dir: "base", signerReplicas: 2, signerImage: image + ":0.1.0"},
 	{dir: "overlays/softhsm", signerReplicas: 1, signerImage: image + ":0.1.0-softhsm"},
 	{dir: "overlays/pkcs11", signerReplicas: 2, signerImage: image + ":0.1.0",
 		otherImages: []string{"registry.example.com/hsm-client:VERSION"}},
