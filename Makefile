@@ -19,6 +19,7 @@ KUBELET            := $(CACHE_DIR)/node/kubelet-$(KUBE_VERSION)/kubelet
 RUNTIME_DIR        := $(CACHE_DIR)/node/containerd-$(CONTAINERD_VERSION)-runc-$(RUNC_VERSION)
 CNI_DIR            := $(CACHE_DIR)/node/cni-plugins-$(CNI_PLUGINS_VERSION)
 KUBE_SCHEDULER     := $(CP_DIR)/kube-scheduler
+KUBECTL            := $(CP_DIR)/kubectl
 GO             ?= go
 SHELL          := /bin/bash
 .SHELLFLAGS    := -o pipefail -c
@@ -183,7 +184,7 @@ $(KUBE_APISERVER):
 	@mkdir -p $(CP_DIR)
 	@GO=$(GO) ./hack/build-apiserver.sh $(KUBE_APISERVER)
 
-node: $(KUBELET) $(RUNTIME_DIR)/runc $(CNI_DIR)/portmap $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) ## build kubelet $(KUBE_VERSION), containerd $(CONTAINERD_VERSION), runc $(RUNC_VERSION), the CNI plugins $(CNI_PLUGINS_VERSION), kube-controller-manager and kube-scheduler into the cache (once per version)
+node: $(KUBELET) $(RUNTIME_DIR)/runc $(CNI_DIR)/portmap $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(KUBECTL) ## build kubelet $(KUBE_VERSION), containerd $(CONTAINERD_VERSION), runc $(RUNC_VERSION), the CNI plugins $(CNI_PLUGINS_VERSION), kube-controller-manager, kube-scheduler and kubectl into the cache (once per version)
 
 # kubelet comes from hack/tools like kube-apiserver (minutes cold, most
 # packages shared); containerd, its shim, ctr and runc from hack/node. runc
@@ -204,6 +205,13 @@ $(KUBE_SCHEDULER):
 	@echo "building kube-scheduler $(KUBE_VERSION) into $(CP_DIR) (minutes; progress every 15s)"
 	@mkdir -p $(CP_DIR)
 	@GO=$(GO) ./hack/build-apiserver.sh $@ kube-scheduler
+
+# The install test (node-tests/install) runs docs/quickstart.md's kubectl
+# commands as written.
+$(KUBECTL):
+	@echo "building kubectl $(KUBE_VERSION) into $(CP_DIR) (minutes; progress every 15s)"
+	@mkdir -p $(CP_DIR)
+	@GO=$(GO) ./hack/build-apiserver.sh $@ kubectl
 
 $(RUNTIME_DIR)/runc:
 	@echo "building containerd $(CONTAINERD_VERSION) and runc $(RUNC_VERSION) into $(RUNTIME_DIR) (about 6 minutes cold)"

@@ -15,11 +15,11 @@
 #
 #   hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kubelet]
 set -euo pipefail
-usage="usage: hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kube-scheduler|kubelet]"
+usage="usage: hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl]"
 out=${1:?$usage}
 name=${2:-kube-apiserver}
 case $name in
-  kube-apiserver|kube-controller-manager|kube-scheduler|kubelet) ;;
+  kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl) ;;
   *) echo "hack/build-apiserver.sh: COMPONENT is $name, want kube-apiserver, kube-controller-manager, kube-scheduler or kubelet (the ones hack/tools/tools.go pins)" >&2; exit 2 ;;
 esac
 case $out in /*) ;; *) out=$PWD/$out ;; esac

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -43,6 +44,15 @@ type Options struct {
 	// webhook authorization allows) and makes it dial a Node's InternalIP,
 	// so that logs and exec reach a real kubelet (testsupport/node).
 	KubeletClient bool
+	// Address, when set, is where kube-apiserver listens and what it
+	// advertises instead of 127.0.0.1, with SecurePort instead of a free
+	// port: the install test (node-tests/install) puts it on the
+	// kubernetes Service's ClusterIP (10.0.0.1:443) inside the node's
+	// network namespace, so that pods reach the apiserver through the
+	// in-cluster configuration with no kube-proxy. Its serving
+	// certificate also names the Service's DNS names.
+	Address    string
+	SecurePort int
 	// OnSignal, when set, runs when RunMain is interrupted (SIGINT,
 	// SIGTERM), before it stops the control plane: what the tests started
 	// on top of it (a node) stops first.
@@ -51,7 +61,7 @@ type Options struct {
 
 // ControlPlane is a running etcd + kube-apiserver pair.
 type ControlPlane struct {
-	// URL is the apiserver's https endpoint on 127.0.0.1.
+	// URL is the apiserver's https endpoint: 127.0.0.1 or Options.Address.
 	URL string
 	// Dir is the work directory; it is removed by Stop.
 	Dir string
@@ -121,6 +131,13 @@ func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp 
 		return cp, err
 	}
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	address := "127.0.0.1"
+	if opts.Address != "" {
+		address = opts.Address
+	}
+	if opts.SecurePort != 0 {
+		apiPort = opts.SecurePort
+	}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
@@ -150,7 +167,11 @@ func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp 
 	if err := os.Mkdir(certDir, 0o700); err != nil {
 		return cp, err
 	}
-	serving, err := cp.pki.issue("kube-apiserver", nil, []string{"127.0.0.1", "localhost"})
+	hosts := []string{"127.0.0.1", "localhost"}
+	if address != "127.0.0.1" {
+		hosts = append(hosts, address, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+	}
+	serving, err := cp.pki.issue("kube-apiserver", nil, hosts)
 	if err != nil {
 		return cp, err
 	}
@@ -164,11 +185,11 @@ func start(ctx context.Context, opts Options, apiserverBin, etcdBin string) (cp 
 	if err != nil {
 		return cp, err
 	}
-	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	cp.URL = "https://" + net.JoinHostPort(address, strconv.Itoa(apiPort))
 	args := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + address,
+		"--advertise-address=" + address,
 		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + certDir,

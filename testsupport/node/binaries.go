@@ -14,6 +14,8 @@ import (
 const (
 	ContainerdVersion = "v2.4.2"
 	RuncVersion       = "v1.5.2"
+	// CNIPluginsVersion is hack/cni's containernetworking/plugins pin.
+	CNIPluginsVersion = "v1.10.0"
 )
 
 // Binaries are the node's programs in the cache `make node` fills.
@@ -49,3 +51,19 @@ func FindBinaries() (Binaries, error) {
 }
 
 func goarch() string { return runtime.GOARCH }
+
+// FindCNIPlugins returns the folder of the CNI plugins `make node` builds
+// (bridge, host-local, loopback, portmap).
+func FindCNIPlugins() (string, error) {
+	cp, err := controlplane.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(filepath.Dir(filepath.Dir(cp)), "node", "cni-plugins-"+CNIPluginsVersion)
+	for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
+		if fi, err := os.Stat(filepath.Join(dir, p)); err != nil || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%w: the CNI plugin %s is not in %s: run `make node` to build the CNI plugins %s", controlplane.ErrBinaryMissing, p, dir, CNIPluginsVersion)
+		}
+	}
+	return dir, nil
+}

@@ -239,6 +239,33 @@ func SetUpNamespaces() error {
 	return nil
 }
 
+// OverlayEtc makes /etc writable for this mount namespace only: an
+// overlay whose upper layer lives on the work directory's tmpfs, so that a
+// test can lay the node out as kubeadm does (/etc/kubernetes/kubelet.conf),
+// name hosts in /etc/hosts, and let pods write hostPath folders under /etc,
+// while the machine's /etc stays as it was. Call it after SetUpNamespaces.
+func OverlayEtc() error {
+	upper, work := filepath.Join(WorkDir(), "etc-overlay", "upper"), filepath.Join(WorkDir(), "etc-overlay", "work")
+	for _, d := range []string{upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := syscall.Mount("overlay", "/etc", "overlay", 0, "lowerdir=/etc,upperdir="+upper+",workdir="+work); err != nil {
+		return fmt.Errorf("mounting an overlay over /etc: %w", err)
+	}
+	return nil
+}
+
+// AddAddress puts another /32 on the namespace's loopback (a ClusterIP,
+// a stand-in registry's address).
+func AddAddress(ip string) error {
+	if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		return fmt.Errorf("ip addr add %s/32 dev lo: %v: %s", ip, err, out)
+	}
+	return nil
+}
+
 // hostRoots lets the leftover check run against a test tree; zero values
 // are the real host.
 type hostRoots struct {

@@ -55,6 +55,10 @@ type Options struct {
 	// BootstrapKubeconfig is a kubeconfig with a bootstrap token, for
 	// kubelet's TLS bootstrap (its client certificate from a CSR).
 	BootstrapKubeconfig string
+	// CertDir is kubelet's --cert-dir (default Dir/kubelet/pki); the
+	// install test uses kubeadm's /var/lib/kubelet/pki, which the chart's
+	// node agent mounts by default.
+	CertDir string
 	// ClientCAFile verifies client certificates presented to kubelet (the
 	// apiserver's kubelet client certificate).
 	ClientCAFile string
@@ -75,6 +79,12 @@ type Options struct {
 	// KubeletConfig, when set, edits kubelet's configuration (the
 	// KubeletConfiguration as a JSON object) before it is written.
 	KubeletConfig func(cfg map[string]any)
+	// PodSubnet, when set, gives pods a network of their own: containerd
+	// runs the CNI plugins `make node` builds (bridge cni0 as the pods'
+	// gateway, host-local addresses from PodSubnet, no masquerading: the
+	// namespace has nowhere to route to). Unset, only hostNetwork pods run
+	// (the node stays NotReady for the network).
+	PodSubnet string
 	// Verbosity is kubelet's --v (default 2).
 	Verbosity int
 }
@@ -172,8 +182,21 @@ func (n *Node) startContainerd(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	cniBin, cniConf := filepath.Join(cdir, "cni-bin"), filepath.Join(cdir, "cni-conf")
+	if o.PodSubnet != "" {
+		var err error
+		if cniBin, err = FindCNIPlugins(); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(cniConf, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(cniConf, "10-keyward-node.conflist"), []byte(fmt.Sprintf(cniConfList, o.PodSubnet)), 0o644); err != nil {
+			return err
+		}
+	}
 	cfg := fmt.Sprintf(containerdConfig, filepath.Join(cdir, "root"), filepath.Join(cdir, "state"), n.socket, n.socket+".ttrpc",
-		o.SandboxImage, certsD, n.bins.Runc, filepath.Join(cdir, "cni-bin"), filepath.Join(cdir, "cni-conf"))
+		o.SandboxImage, certsD, n.bins.Runc, cniBin, cniConf)
 	cfgPath := filepath.Join(n.Dir, "containerd.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -196,6 +219,18 @@ func (n *Node) startContainerd(ctx context.Context, o Options) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// cniConfList is the pods' network: a bridge that is their gateway,
+// addresses from the subnet, a default route through the bridge.
+const cniConfList = `{
+  "cniVersion": "1.0.0",
+  "name": "keyward-node",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}}
+  ]
+}
+`
 
 // containerdConfig: root, state, grpc and ttrpc sockets, sandbox image,
 // registry hosts dir, runc, CNI bin and conf dirs. NRI is off (it would open
@@ -283,7 +318,11 @@ func (n *Node) makeCgroupRoot() error {
 
 func (n *Node) startKubelet(o Options) error {
 	kdir := filepath.Join(n.Dir, "kubelet")
-	for _, d := range []string{kdir, filepath.Join(kdir, "pki"), filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins")} {
+	certDir := o.CertDir
+	if certDir == "" {
+		certDir = filepath.Join(kdir, "pki")
+	}
+	for _, d := range []string{kdir, certDir, filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -340,7 +379,7 @@ func (n *Node) startKubelet(o Options) error {
 	args := []string{
 		"--config=" + cfgPath,
 		"--root-dir=" + kdir,
-		"--cert-dir=" + filepath.Join(kdir, "pki"),
+		"--cert-dir=" + certDir,
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + n.IP,
 		"--kubeconfig=" + o.Kubeconfig,

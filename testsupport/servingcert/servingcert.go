@@ -28,7 +28,19 @@ type Files struct {
 // Write makes an ECDSA P-256 CA and a serving certificate for 127.0.0.1,
 // valid for a day from a minute ago, and writes prefix.crt, prefix.key
 // (PKCS#8, 0600) and prefix-ca.crt into dir.
-func Write(dir, prefix string) (Files, error) {
+func Write(dir, prefix string) (Files, error) { return WriteFor(dir, prefix, "127.0.0.1") }
+
+// WriteFor is Write for other hosts: each an IP address or a DNS name.
+func WriteFor(dir, prefix string, hosts ...string) (Files, error) {
+	var ips []net.IP
+	var names []string
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, h)
+		}
+	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Files{}, err
@@ -55,7 +67,7 @@ func Write(dir, prefix string) (Files, error) {
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: prefix},
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: ips, DNSNames: names,
 	}, ca, key.Public(), caKey)
 	if err != nil {
 		return Files{}, fmt.Errorf("making the serving certificate: %w", err)

@@ -1,0 +1,584 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/keyward/keyward/deploy/image"
+	authclient "github.com/keyward/keyward/kubeclient/authority/client"
+	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/node"
+	"github.com/keyward/keyward/testsupport/nodeimages"
+	"github.com/keyward/keyward/testsupport/servingcert"
+	"github.com/keyward/keyward/testsupport/testregistry"
+)
+
+const (
+	nodeName    = "keyward-node"
+	releaseNS   = "keyward"
+	podIdentity = "keyward.dev/pod-identity"
+	// busyboxRef is the image docs/quickstart.md's demo pod runs. No
+	// Docker Hub is reachable: the node holds Debian's busybox-static
+	// (1.35) under this name, as a node that pulled it before would.
+	busyboxRef = "docker.io/library/busybox:1.37"
+)
+
+// cluster is what the quickstart's commands run against.
+type cluster struct {
+	dir, repo, version string
+	caFile             string // ghcr.io's CA
+	admin              kubernetes.Interface
+	authorities        *authclient.Client
+	env                []string // for helm and kubectl: KUBECONFIG, HOME, PATH, SSL_CERT_FILE
+	images             map[string]v1.Hash
+	node               *node.Node
+}
+
+// TestQuickstartAsWritten runs docs/quickstart.md's commands, as written,
+// against the node (package doc), then checks what the issue asks of an
+// install: keyward's pods run the images built here under "restricted"
+// (the node agent under "privileged", in its own namespace) and are
+// ready, the workload's certificate chains to the Authority's root, helm
+// test passes, helm upgrade to a changed values file rolls the pods and
+// issuing goes on, helm uninstall keeps the CRD, the Authorities and the
+// token's claim.
+func TestQuickstartAsWritten(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c := setUpCluster(t, ctx)
+
+	work := filepath.Join(c.dir, "quickstart")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, files, err := quickstartScript(filepath.Join(c.repo, "docs", "quickstart.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(work, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := stepper(t)
+	done := step("docs/quickstart.md's commands, as written")
+	if out, err := c.shell(ctx, work, script); err != nil {
+		t.Fatalf("the quickstart's commands failed: %v\n%s\n%s", err, out, c.diagnose(ctx))
+	}
+	done()
+
+	t.Run("keyward runs the images built here, under the Pod Security labelled", func(t *testing.T) {
+		c.checkPods(t, ctx)
+	})
+	t.Run("the demo pod's certificate chains to the Authority's root", func(t *testing.T) {
+		bundle, err := os.ReadFile(filepath.Join(work, "bundle.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.checkIssued(t, ctx, bundle, "default", "demo")
+	})
+	t.Run("helm test", func(t *testing.T) {
+		if out, err := c.shell(ctx, work, "helm test keyward -n keyward --logs --timeout 5m"); err != nil {
+			t.Fatalf("helm test: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("helm upgrade to a changed values file rolls the pods", func(t *testing.T) {
+		before := c.podUIDs(t, ctx, releaseNS)
+		values := "signer:\n  replicas: 1\n  backend:\n    type: softhsm\npodAnnotations:\n  keyward.test/rollout: \"2\"\n"
+		if err := os.WriteFile(filepath.Join(work, "upgrade-values.yaml"), []byte(values), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		done := step("helm upgrade")
+		if out, err := c.shell(ctx, work, fmt.Sprintf("helm upgrade keyward oci://ghcr.io/keyward/charts/keyward --version %s -n keyward -f upgrade-values.yaml --wait --timeout 5m", c.version)); err != nil {
+			t.Fatalf("helm upgrade: %v\n%s\n%s", err, out, c.diagnose(ctx))
+		}
+		done()
+		if err := c.waitRolled(ctx, before); err != nil {
+			t.Fatalf("%v\n%s", err, c.diagnose(ctx))
+		}
+		c.checkPods(t, ctx)
+		// The rolled signer opens the same token and issues.
+		if out, err := c.shell(ctx, work, "sed 's/name: demo$/name: demo-after-upgrade/' demo-pod.yaml | kubectl apply -f - && kubectl wait --for=condition=Ready pod/demo-after-upgrade --timeout=3m && kubectl exec demo-after-upgrade -- cat /var/run/keyward/credential-bundle.pem > bundle-after-upgrade.pem"); err != nil {
+			t.Fatalf("a pod after the upgrade: %v\n%s\n%s", err, out, c.diagnose(ctx))
+		}
+		bundle, err := os.ReadFile(filepath.Join(work, "bundle-after-upgrade.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.checkIssued(t, ctx, bundle, "default", "demo-after-upgrade")
+	})
+
+	t.Run("helm uninstall keeps the CRD, the Authorities and the token", func(t *testing.T) {
+		auths, err := c.authorities.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := c.shell(ctx, work, "helm uninstall keyward -n keyward --wait --timeout 5m"); err != nil {
+			t.Fatalf("helm uninstall: %v\n%s", err, out)
+		}
+		if out, err := c.shell(ctx, work, "kubectl get crd authorities.keyward.dev"); err != nil {
+			t.Errorf("the Authority CRD after helm uninstall: %v\n%s", err, out)
+		}
+		after, err := c.authorities.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after.Items) == 0 || len(after.Items) != len(auths.Items) {
+			t.Errorf("Authorities after helm uninstall: %d, before: %d", len(after.Items), len(auths.Items))
+		}
+		for i := range after.Items {
+			if len(after.Items[i].Spec.Generations) == 0 {
+				t.Errorf("Authority %s lost its generations", after.Items[i].Name)
+			}
+		}
+		if _, err := c.admin.CoreV1().PersistentVolumeClaims(releaseNS).Get(ctx, "keyward-softhsm-tokens", metav1.GetOptions{}); err != nil {
+			t.Errorf("the SoftHSM2 token's claim after helm uninstall: %v", err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			d, err := c.admin.AppsV1().Deployments(releaseNS).List(ctx, metav1.ListOptions{})
+			return err == nil && len(d.Items) == 0, nil
+		}); err != nil {
+			t.Errorf("keyward's Deployments still there after helm uninstall: %v", err)
+		}
+	})
+}
+
+// setUpCluster starts what the quickstart assumes exists: a cluster with a
+// default StorageClass, and the release: images and chart in ghcr.io.
+func setUpCluster(t *testing.T, ctx context.Context) *cluster {
+	step := stepper(t)
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := os.ReadFile(filepath.Join(repo, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{dir: filepath.Join(node.WorkDir(), "install"), repo: repo, version: strings.TrimSpace(string(v)),
+		admin: cp.AdminClient(), images: map[string]v1.Hash{}}
+	for _, d := range []string{"bin", "home", "images", "charts"} {
+		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.authorities, err = authclient.New(cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+
+	done := step("ghcr.io: a registry with TLS on " + registryIP + ":443")
+	tlsFiles, err := servingcert.WriteFor(c.dir, "ghcr.io", "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(tlsFiles.CertFile, tlsFiles.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(registryIP, "443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testregistry.StartOpenTLS(t, l, pair)
+	c.caFile = tlsFiles.CAFile
+	done()
+
+	kubectl, err := controlplane.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := os.Getenv("KEYWARD_HELM")
+	if helm == "" {
+		helm = filepath.Join(repo, "bin", "helm")
+	}
+	if _, err := os.Stat(helm); err != nil {
+		t.Fatalf("helm: %v (run make tools, or set KEYWARD_HELM)", err)
+	}
+	for _, b := range []string{kubectl, helm} {
+		if err := os.Symlink(b, filepath.Join(c.dir, "bin", filepath.Base(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adminKC := filepath.Join(c.dir, "admin.kubeconfig")
+	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), "admin", adminKC); err != nil {
+		t.Fatal(err)
+	}
+	c.env = append(os.Environ(),
+		"KUBECONFIG="+adminKC,
+		"HOME="+filepath.Join(c.dir, "home"),
+		"PATH="+filepath.Join(c.dir, "bin")+":"+os.Getenv("PATH"),
+		// Go (helm) and OpenSSL take their roots from here: ghcr.io's CA.
+		"SSL_CERT_FILE="+tlsFiles.CAFile,
+	)
+
+	done = step("release images assembled (deploy/image) and pushed to ghcr.io")
+	c.pushImages(t, ctx, tlsFiles.Pool)
+	done()
+
+	done = step("chart packaged and pushed: helm push oci://ghcr.io/keyward/charts")
+	if out, err := c.shell(ctx, c.dir, fmt.Sprintf("helm package %s -d charts && helm push charts/keyward-%s.tgz oci://ghcr.io/keyward/charts",
+		filepath.Join(repo, "deploy", "helm", "keyward"), c.version)); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	done()
+
+	done = step("kube-controller-manager and kube-scheduler running")
+	kcm, err := cp.StartControllerManager(controlplane.ControllerManagerOptions{
+		Dir: c.dir,
+		Controllers: []string{"deployment-controller", "replicaset-controller", "daemonset-controller", "garbage-collector-controller",
+			"namespace-controller", "serviceaccount-controller", "root-ca-certificate-publisher-controller", "persistentvolume-binder-controller"},
+		QPS: 50, Burst: 100,
+		ExtraFlags: []string{"--root-ca-file=" + cp.CAFile()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kcm.Stop)
+	sched, err := cp.StartScheduler(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sched.Stop)
+	done()
+
+	done = step("a default StorageClass and a hostPath volume for it")
+	c.createStorage(t, ctx)
+	done()
+
+	done = step("node joined: kubelet, containerd, the CNI bridge")
+	c.startNode(t, ctx)
+	done()
+	return c
+}
+
+// pushImages assembles the runtime image and its SoftHSM2 variant for this
+// machine's architecture from the release binary, as make release does,
+// and pushes them under the names the chart pulls.
+func (c *cluster) pushImages(t *testing.T, ctx context.Context, pool *x509.CertPool) {
+	bin := filepath.Join(c.dir, "keyward-release")
+	build := exec.CommandContext(ctx, filepath.Join(c.repo, "hack", "build-release.sh"), bin)
+	build.Env = append(os.Environ(), "VERSION="+c.version)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("hack/build-release.sh: %v\n%s", err, out)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	for _, variant := range []string{"", "softhsm"} {
+		debs, err := cachedDebs(image.Packages(variant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := image.Assemble(image.Build{Arch: runtime.GOARCH, Variant: variant, Binary: bin, Debs: debs,
+			Version: c.version, Revision: "install-test", Created: time.Unix(0, 0).UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := c.version
+		if variant != "" {
+			tag += "-" + variant
+		}
+		ref, err := name.NewTag("ghcr.io/keyward/keyward:"+tag, name.StrictValidation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithTransport(tr)); err != nil {
+			t.Fatalf("pushing %s: %v", ref, err)
+		}
+		if c.images[ref.String()], err = img.Digest(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// createStorage makes the cluster's default StorageClass (no provisioner)
+// and one volume for it, on a folder anyone may write, as kind's
+// local-path provisioner makes them.
+func (c *cluster) createStorage(t *testing.T, ctx context.Context) {
+	path := filepath.Join(c.dir, "volumes", "pv-1")
+	if err := os.MkdirAll(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	immediate := storagev1.VolumeBindingImmediate
+	if _, err := c.admin.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner:       "kubernetes.io/no-provisioner",
+		VolumeBindingMode: &immediate,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hostPath := corev1.HostPathDirectory
+	if _, err := c.admin.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-1"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "standard",
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &hostPath}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startNode starts kubelet as kubeadm lays it out, with the pause and
+// busybox images pre-loaded, and waits until the Node is Ready.
+func (c *cluster) startNode(t *testing.T, ctx context.Context) {
+	imgs, err := nodeimages.Build(ctx, filepath.Join(c.dir, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busybox, err := c.busyboxArchive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll("/etc/kubernetes", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodeCfg, err := cp.NodeConfig(nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlplane.WriteKubeconfig(nodeCfg, "system:node:"+nodeName, "/etc/kubernetes/kubelet.conf"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Start(ctx, node.Options{
+		Dir:           filepath.Join(c.dir, "node"),
+		Name:          nodeName,
+		Kubeconfig:    "/etc/kubernetes/kubelet.conf",
+		CertDir:       "/var/lib/kubelet/pki",
+		ClientCAFile:  cp.CAFile(),
+		SandboxImage:  imgs.PauseRef,
+		ImageArchives: []string{imgs.PauseArchive, busybox},
+		Registries:    map[string]node.Registry{"ghcr.io": {URL: "https://ghcr.io", CAFile: c.caFile}},
+		PodSubnet:     podSubnet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, c.node = n, n
+	t.Cleanup(func() {
+		running = nil
+		if err := n.Stop(); err != nil {
+			t.Errorf("stopping the node: %v", err)
+		}
+	})
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := n.KubeletExited(); err != nil {
+			return false, err
+		}
+		nd, err := c.admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range nd.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("node %s not Ready: %v\nkubelet log:\n%s", nodeName, err, controlplane.Tail(n.KubeletLog, 30))
+	}
+}
+
+// checkPods checks every pod of the release: running the image pushed to
+// ghcr.io under its digest, ready, admitted in a namespace whose labels
+// say what the pod needs.
+func (c *cluster) checkPods(t *testing.T, ctx context.Context) {
+	t.Helper()
+	wantLevel := map[string]string{releaseNS: "restricted", releaseNS + "-node": "privileged"}
+	for ns, level := range wantLevel {
+		n, err := c.admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Labels["pod-security.kubernetes.io/enforce"]; got != level {
+			t.Errorf("namespace %s enforces Pod Security %q, want %q", ns, got, level)
+		}
+		pods, err := c.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=keyward"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			t.Errorf("no keyward pods in namespace %s", ns)
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
+			ready := false
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					ready = true
+				}
+			}
+			if !ready {
+				t.Errorf("pod %s/%s is not ready: %+v", ns, p.Name, p.Status.Conditions)
+			}
+			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				want, ok := c.images[cs.Image]
+				if !ok {
+					t.Errorf("pod %s/%s container %s runs %s, not an image this run built (%v)", ns, p.Name, cs.Name, cs.Image, c.images)
+					continue
+				}
+				if !strings.HasSuffix(cs.ImageID, "@"+want.String()) {
+					t.Errorf("pod %s/%s container %s runs %s (%s), want the digest pushed, %s", ns, p.Name, cs.Name, cs.Image, cs.ImageID, want)
+				}
+			}
+		}
+	}
+}
+
+// checkIssued checks that bundle (a credential bundle: key, then chain)
+// holds a leaf for pod ns/pod that chains, with Go's x509.Verify, to the
+// pod-identity Authority's generation.
+func (c *cluster) checkIssued(t *testing.T, ctx context.Context, bundle []byte, ns, pod string) {
+	t.Helper()
+	var chain []*x509.Certificate
+	for rest := bundle; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			cert, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chain = append(chain, cert)
+		}
+	}
+	if len(chain) == 0 {
+		t.Fatalf("no certificate in the credential bundle:\n%s", bundle)
+	}
+	roots := x509.NewCertPool()
+	auths, err := c.authorities.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range auths.Items {
+		if a.Spec.SignerName != podIdentity {
+			continue
+		}
+		for _, g := range a.Spec.Generations {
+			roots.AppendCertsFromPEM([]byte(g.CertificatePEM))
+		}
+	}
+	inter := x509.NewCertPool()
+	for _, ic := range chain[1:] {
+		inter.AddCert(ic)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("pod %s/%s's certificate does not chain to the %s Authority: %v", ns, pod, podIdentity, err)
+	}
+	p, err := c.admin.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "system:serviceaccount:" + ns + ":" + p.Spec.ServiceAccountName; chain[0].Subject.CommonName != want {
+		t.Errorf("pod %s/%s's certificate is for %q, want %q", ns, pod, chain[0].Subject.CommonName, want)
+	}
+}
+
+// podUIDs are the UIDs of the release's pods, by name.
+func (c *cluster) podUIDs(t *testing.T, ctx context.Context, ns string) map[string]string {
+	t.Helper()
+	pods, err := c.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=keyward"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		out[p.Name] = string(p.UID)
+	}
+	return out
+}
+
+// waitRolled waits until none of the pods in before is left and the
+// release's pods carry the upgrade's annotation.
+func (c *cluster) waitRolled(ctx context.Context, before map[string]string) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.admin.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=keyward"})
+		if err != nil {
+			return false, nil
+		}
+		if len(pods.Items) == 0 {
+			last = "no pods"
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if _, old := before[p.Name]; old {
+				last = "pod " + p.Name + " from before the upgrade is still there"
+				return false, nil
+			}
+			if p.Annotations["keyward.test/rollout"] != "2" {
+				last = "pod " + p.Name + " lacks the upgrade's annotation"
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the pods did not roll after helm upgrade: %s: %w", last, err)
+	}
+	return nil
+}
+
+// shell runs script with bash (-euo pipefail, traced) in dir with the
+// cluster's environment and returns its combined output.
+func (c *cluster) shell(ctx context.Context, dir, script string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", "-euxo", "pipefail", "-c", script)
+	cmd.Dir, cmd.Env = dir, c.env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// diagnose gathers what a failure needs: pods, events, the last lines of
+// kubelet's log.
+func (c *cluster) diagnose(ctx context.Context) string {
+	out, _ := c.shell(ctx, c.dir, "kubectl get pods,pvc,pcr -A -o wide; kubectl get events -A --sort-by=.lastTimestamp | tail -40; kubectl -n keyward logs deploy/keyward-signer --all-containers --tail=40 || true")
+	if c.node != nil {
+		out += "\nkubelet log:\n" + controlplane.Tail(c.node.KubeletLog, 30)
+	}
+	return out
+}
+
+// stepper prints each set-up step with its duration.
+func stepper(t *testing.T) func(string) func() {
+	return func(what string) func() {
+		began := time.Now()
+		return func() { t.Logf("%s (%s)", what, time.Since(began).Round(time.Millisecond)) }
+	}
+}

@@ -1,0 +1,204 @@
+package install
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/keyward/keyward/deploy/image"
+	"github.com/keyward/keyward/testsupport/controlplane"
+)
+
+// notRun marks the fenced block after it as one the quickstart test skips,
+// with the reason: <!-- quickstart test: not run (REASON) -->.
+var notRun = regexp.MustCompile(`^<!-- quickstart test: not run \(.+\) -->$`)
+
+// fileBlock is a yaml block that names its file in its first line
+// ("# demo-pod.yaml"): the reader saves it under that name.
+var fileBlock = regexp.MustCompile(`^# ([A-Za-z0-9._-]+\.ya?ml)$`)
+
+// quickstartScript reads the quickstart: its sh blocks, in order, are the
+// script (each one as written, none skipped but those marked not run);
+// its yaml blocks that name a file are the files the script uses.
+func quickstartScript(path string) (string, map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	var script strings.Builder
+	files := map[string]string{}
+	var (
+		in, skip bool
+		lang     string
+		block    []string
+		prev     string
+		blocks   int
+	)
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		switch {
+		case !in && strings.HasPrefix(text, "```"):
+			in, lang, block = true, strings.TrimPrefix(text, "```"), nil
+			skip = notRun.MatchString(strings.TrimSpace(prev))
+		case in && text == "```":
+			in = false
+			switch {
+			case skip:
+			case lang == "sh":
+				blocks++
+				fmt.Fprintf(&script, "# %s, block ending on line %d\n%s\n", filepath.Base(path), line, strings.Join(block, "\n"))
+			case lang == "yaml" && len(block) > 0 && fileBlock.MatchString(block[0]):
+				files[fileBlock.FindStringSubmatch(block[0])[1]] = strings.Join(block, "\n") + "\n"
+			}
+		case in:
+			block = append(block, text)
+		}
+		if strings.TrimSpace(text) != "" {
+			prev = text
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", nil, err
+	}
+	if in {
+		return "", nil, fmt.Errorf("%s: a fenced block is not closed", path)
+	}
+	if blocks == 0 {
+		return "", nil, fmt.Errorf("%s: no sh block to run", path)
+	}
+	return script.String(), files, nil
+}
+
+func TestQuickstartScriptReadsTheBlocks(t *testing.T) {
+	doc := filepath.Join(t.TempDir(), "q.md")
+	if err := os.WriteFile(doc, []byte("# Q\n\n<!-- quickstart test: not run (a reason) -->\n```sh\nkind create\n```\n\n```sh\nkubectl a\nkubectl b\n```\n\n```yaml\n# pod.yaml\nkind: Pod\n```\n\n```yaml\nkind: Other\n```\n\n```sh\nopenssl x\n```\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, files, err := quickstartScript(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(script, "kind create") {
+		t.Errorf("the block marked not run is in the script:\n%s", script)
+	}
+	for _, want := range []string{"kubectl a\nkubectl b\n", "openssl x\n"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the script lacks %q:\n%s", want, script)
+		}
+	}
+	if len(files) != 1 || files["pod.yaml"] != "# pod.yaml\nkind: Pod\n" {
+		t.Errorf("files = %q, want pod.yaml only", files)
+	}
+	if _, _, err := quickstartScript(filepath.Join("..", "..", "docs", "quickstart.md")); err != nil {
+		t.Errorf("docs/quickstart.md: %v", err)
+	}
+}
+
+// debCache is the folder of this architecture's cached Debian packages
+// (deploy/image.FetchDebs), where make release keeps them too.
+func debCache() (string, error) {
+	cache := os.Getenv(controlplane.EnvCacheDir)
+	if cache == "" {
+		uc, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		cache = filepath.Join(uc, "keyward")
+	}
+	return filepath.Join(cache, "debs", "bookworm-"+runtime.GOARCH), nil
+}
+
+// cachedDebs returns the cached .deb files of packages (fetching any that
+// is missing, which needs apt and the network: outside the namespaces).
+func cachedDebs(packages []string) ([]string, error) {
+	dir, err := debCache()
+	if err != nil {
+		return nil, err
+	}
+	return image.FetchDebs(dir, runtime.GOARCH, packages)
+}
+
+// fetchDebs fills the cache with every package the run's images need.
+func fetchDebs() error {
+	for _, pkgs := range [][]string{image.Packages("softhsm"), {"busybox-static"}} {
+		if _, err := cachedDebs(pkgs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// busyboxArchive makes the demo pod's image from Debian's busybox-static
+// (its files, plus /bin/sleep and /bin/cat as links to busybox) and
+// writes it as an archive named busyboxRef.
+func (c *cluster) busyboxArchive() (string, error) {
+	debs, err := cachedDebs([]string{"busybox-static"})
+	if err != nil {
+		return "", err
+	}
+	if len(debs) != 1 {
+		return "", fmt.Errorf("busybox-static: %d packages, want 1", len(debs))
+	}
+	data, err := exec.Command("dpkg-deb", "--fsys-tarfile", debs[0]).Output()
+	if err != nil {
+		return "", fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", debs[0], err)
+	}
+	var links bytes.Buffer
+	tw := tar.NewWriter(&links)
+	for _, l := range []string{"sleep", "cat", "sh"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + l, Linkname: "busybox", Mode: 0o777, ModTime: time.Unix(0, 0)}); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	img := v1.Image(empty.Image)
+	for _, layer := range [][]byte{data, links.Bytes()} {
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil })
+		if err != nil {
+			return "", err
+		}
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return "", err
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config.Env = []string{"PATH=/bin:/usr/bin"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(busyboxRef)
+	if err != nil {
+		return "", err
+	}
+	archive := filepath.Join(c.dir, "images", "busybox.tar")
+	if err := tarball.WriteToFile(archive, tag, img); err != nil {
+		return "", errors.Join(fmt.Errorf("writing %s", archive), err)
+	}
+	return archive, nil
+}
