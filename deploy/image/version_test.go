@@ -61,6 +61,8 @@ func TestOneVersionEverywhere(t *testing.T) {
 	// Every reference to keyward's image in docs, examples and manifests.
 	ref := regexp.MustCompile(`ghcr\.io/keyward/keyward:([^\s"'\x60)$]+)`)
 	placeholder := regexp.MustCompile(`^(VERSION|<version>|…)(-softhsm)?[.,;:]?$`)
+	// Every helm install/upgrade of the released chart names its version.
+	chartRef := regexp.MustCompile(`oci://ghcr\.io/keyward/charts/keyward\s+--version\s+([^\s\x60]+)`)
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -89,6 +91,11 @@ func TestOneVersionEverywhere(t *testing.T) {
 				continue // VERSION, <version>-softhsm, … in prose
 			}
 			if m[1] != version && m[1] != version+"-softhsm" {
+				t.Errorf("%s: %s, VERSION %s", rel, m[0], version)
+			}
+		}
+		for _, m := range chartRef.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != version && !placeholder.MatchString(m[1]) {
 				t.Errorf("%s: %s, VERSION %s", rel, m[0], version)
 			}
 		}

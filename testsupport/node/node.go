@@ -10,9 +10,11 @@
 // left. Its pod cgroups live under a cgroup root of its own
 // (CgroupRootPrefix), removed by Stop, and the parent checks the host after.
 //
-// There is no CNI plugin: pods run with hostNetwork (the node is NotReady
-// for the network, which does not stop hostNetwork pods), and there is no
-// scheduler: pods name the node in spec.nodeName.
+// Without Options.PodSubnet there is no CNI network: pods run with
+// hostNetwork (the node is NotReady for the network, which does not stop
+// hostNetwork pods). The node runs no scheduler: pods name the node in
+// spec.nodeName unless the test starts kube-scheduler
+// (controlplane.StartScheduler), as node-tests/install does.
 package node
 
 import (
