@@ -268,6 +268,7 @@ func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 	tw := tar.NewWriter(&buf)
 	seen := map[string]bool{}
 	certs := map[string][]byte{}
+	var statusDirs []file
 	for _, deb := range slices.Sorted(slices.Values(debs)) {
 		out, err := exec.Command("dpkg-deb", "--fsys-tarfile", deb).Output()
 		if err != nil {
@@ -276,6 +277,10 @@ func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 				err = fmt.Errorf("%w: %s", err, ee.Stderr)
 			}
 			return nil, nil, fmt.Errorf("unpacking %s: %w", deb, err)
+		}
+		entries, err := statusEntries(deb)
+		if err != nil {
+			return nil, nil, err
 		}
 		tr := tar.NewReader(bytes.NewReader(out))
 		for {
@@ -315,6 +320,27 @@ func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 				return nil, nil, err
 			}
 		}
+		statusDirs = append(statusDirs, entries...)
+	}
+	// The dpkg database as distroless keeps it, one file per package, so
+	// that image scanners (Trivy, Grype/Syft) find the packages and their
+	// versions: /var/lib/dpkg/status.d/<package> (its control file) and
+	// <package>.md5sums (its files).
+	for _, d := range []string{"var/lib/dpkg", "var/lib/dpkg/status.d"} {
+		if seen[d] {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: at, Format: tar.FormatPAX}); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, e := range statusDirs {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: at, Format: tar.FormatPAX}); err != nil {
+			return nil, nil, err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, nil, err
@@ -330,6 +356,34 @@ func packagesLayer(debs []string, at time.Time) ([]byte, []byte, error) {
 		bundle.WriteByte('\n')
 	}
 	return buf.Bytes(), bundle.Bytes(), nil
+}
+
+// StatusDir is where the image keeps its dpkg database, one file per
+// package (distroless's layout, which scanners read).
+const StatusDir = "/var/lib/dpkg/status.d"
+
+// statusEntries are deb's files in StatusDir: its control file, and its
+// md5sums when it has them.
+func statusEntries(deb string) ([]file, error) {
+	control, err := exec.Command("dpkg-deb", "--info", deb, "control").Output()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s's control file: %w", deb, err)
+	}
+	pkg := ""
+	for _, line := range strings.Split(string(control), "\n") {
+		if v, ok := strings.CutPrefix(line, "Package: "); ok {
+			pkg = strings.TrimSpace(v)
+		}
+	}
+	if pkg == "" || strings.ContainsAny(pkg, "/ ") {
+		return nil, fmt.Errorf("%s: its control file names no package", deb)
+	}
+	dir := strings.TrimPrefix(StatusDir, "/") + "/"
+	out := []file{{name: dir + pkg, mode: 0o644, data: control}}
+	if sums, err := exec.Command("dpkg-deb", "--info", deb, "md5sums").Output(); err == nil && len(sums) > 0 {
+		out = append(out, file{name: dir + pkg + ".md5sums", mode: 0o644, data: sums})
+	}
+	return out, nil
 }
 
 // Index makes the multi-architecture image index of images, each with its

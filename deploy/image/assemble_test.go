@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -137,6 +138,7 @@ func TestAssembledImageMatchesTheDockerfile(t *testing.T) {
 	}
 
 	hdrs, data := files(t, img)
+	checkDpkgDatabase(t, data, Packages(""))
 	bin, ok := hdrs[Binary]
 	if !ok || bin.Mode&0o111 == 0 {
 		t.Fatalf("%s missing or not executable", Binary)
@@ -400,6 +402,7 @@ func TestSoftHSMVariantMatchesTheDockerfileAndWorks(t *testing.T) {
 		t.Errorf("labels %v, the Dockerfile's %v", cf.Config.Labels, want)
 	}
 	hdrs, data := files(t, img)
+	checkDpkgDatabase(t, data, Packages("softhsm"))
 	if conf == "" || string(data[SoftHSMConfPath]) != conf {
 		t.Errorf("%s is %q, the Dockerfile writes %q", SoftHSMConfPath, data[SoftHSMConfPath], conf)
 	}
@@ -437,5 +440,46 @@ func TestSoftHSMVariantMatchesTheDockerfileAndWorks(t *testing.T) {
 	}
 	if got := run("/bin/sh", "-c", "printf '%s' keyward.dev/x | tr '/.' '--'"); got != "keyward-dev-x" {
 		t.Errorf("/bin/sh with tr printed %q", got)
+	}
+}
+
+// checkDpkgDatabase checks that the image lists exactly its Debian
+// packages in StatusDir, as distroless does and scanners expect: each
+// package's control file (its name, version and architecture) and, where
+// the package has them, its md5sums naming files that are in the image.
+func checkDpkgDatabase(t *testing.T, data map[string][]byte, packages []string) {
+	t.Helper()
+	listed := map[string]bool{}
+	for p, b := range data {
+		dir, name := path.Split(p)
+		if dir != StatusDir+"/" || strings.HasSuffix(name, ".md5sums") {
+			continue
+		}
+		listed[name] = true
+		fields := string(b)
+		for _, want := range []string{"Package: " + name + "\n", "\nVersion: ", "\nArchitecture: "} {
+			if !strings.Contains(fields, want) {
+				t.Errorf("%s lacks %q:\n%s", p, strings.TrimSpace(want), fields)
+			}
+		}
+		if sums, ok := data[p+".md5sums"]; ok {
+			for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+				f := strings.Fields(line)
+				if len(f) != 2 {
+					t.Errorf("%s.md5sums: line %q", p, line)
+				} else if _, ok := data["/"+f[1]]; !ok && !skip(f[1]) {
+					t.Errorf("%s.md5sums names /%s, which the image lacks", p, f[1])
+				}
+			}
+		}
+	}
+	for _, p := range packages {
+		if !listed[p] {
+			t.Errorf("%s/%s is missing: scanners would not see package %s", StatusDir, p, p)
+		}
+		delete(listed, p)
+	}
+	if len(listed) != 0 {
+		t.Errorf("%s lists packages the image is not made of: %v", StatusDir, listed)
 	}
 }
