@@ -87,6 +87,13 @@ type Destroyer interface {
 	Destroy(ctx context.Context) (string, error)
 }
 
+// NotCreated is Destroy's refusal for a Signer that was opened, not made
+// by CreateKey: a key someone else made (a CA key in use) is never
+// destroyed through keyward, whatever calls Destroy.
+func NotCreated(uri string) error {
+	return Errorf(ErrPermanent, "destroy-key", uri, "", "this key was opened, not created by this process: keyward destroys only a key it has just created")
+}
+
 // KeyInfo holds what every Signer reports without I/O. Backends embed it.
 type KeyInfo struct {
 	pub         crypto.PublicKey

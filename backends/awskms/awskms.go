@@ -359,6 +359,7 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	if err != nil {
 		return nil, err
 	}
+	s.created = true
 	return s, nil
 }
 

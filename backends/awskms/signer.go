@@ -25,6 +25,8 @@ type Signer struct {
 	client *kms.Client
 	arn    string // the key's ARN, which every Sign call names
 	m      mapping
+	// created: by CreateKey; only such a key may be destroyed.
+	created bool
 }
 
 var _ backends.Signer = (*Signer)(nil)
@@ -99,6 +101,9 @@ var _ backends.Destroyer = (*Signer)(nil)
 // PendingDeletion meanwhile, signs nothing, and aws kms cancel-key-deletion
 // brings it back; a key cannot be deleted sooner.
 func (s *Signer) Destroy(ctx context.Context) (string, error) {
+	if !s.created {
+		return "", backends.NotCreated(s.URI())
+	}
 	const op = "destroy-key"
 	c := call{op: op, uri: s.URI(), action: "ScheduleKeyDeletion"}
 	if s.p.closed.Load() {

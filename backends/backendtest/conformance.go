@@ -138,6 +138,18 @@ func Run(t *testing.T, h Harness) {
 			if !ok {
 				t.Fatalf("the %s key CreateKey returned (%T) is not a backends.Destroyer", h.Provider.Scheme(), s)
 			}
+			// The same key, opened: never destroyed through keyward.
+			opened := open(t, h, s.URI())
+			if od, ok := opened.(backends.Destroyer); ok {
+				if what, err := od.Destroy(context.Background()); err == nil || !errors.Is(err, backends.ErrPermanent) {
+					t.Fatalf("Destroy of an opened key: %q, %v; want a permanent refusal", what, err)
+				}
+				if again, err := h.Provider.Open(context.Background(), backends.OpenRequest{URI: s.URI()}); err != nil {
+					t.Fatalf("%s no longer opens after a refused Destroy: %v", s.URI(), err)
+				} else {
+					again.Close()
+				}
+			}
 			what, err := d.Destroy(context.Background())
 			if err != nil {
 				t.Fatalf("destroying %s: %v", s.URI(), err)

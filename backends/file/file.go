@@ -150,20 +150,29 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 		os.Remove(loc.path)
 		return nil, backends.Wrap(backends.ErrPermanent, "create-key", loc.uri(), "path", err)
 	}
-	return newSigner(key, loc)
+	s, err := newSigner(key, loc)
+	if err != nil {
+		return nil, err
+	}
+	s.created = true
+	return s, nil
 }
 
 // Signer is an in-memory key read from a file.
 type Signer struct {
 	backends.KeyInfo
-	key  crypto.Signer
-	path string
+	key     crypto.Signer
+	path    string
+	created bool // by CreateKey: only such a key may be destroyed
 }
 
 var _ backends.Destroyer = (*Signer)(nil)
 
 // Destroy removes the key's file (backends.Destroyer).
 func (s *Signer) Destroy(context.Context) (string, error) {
+	if !s.created {
+		return "", backends.NotCreated(s.URI())
+	}
 	if err := os.Remove(s.path); err != nil {
 		return "", backends.Wrap(backends.ErrPermanent, "destroy-key", s.URI(), "path", err)
 	}

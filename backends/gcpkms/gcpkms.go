@@ -328,7 +328,12 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	if err := p.awaitGeneration(ctx, vc, client, v); err != nil {
 		return nil, err
 	}
-	return p.open(ctx, op, v.GetName())
+	s, err := p.open(ctx, op, v.GetName())
+	if err != nil {
+		return nil, err
+	}
+	s.created = true
+	return s, nil
 }
 
 // awaitGeneration polls the new version v, with a doubling interval, while

@@ -20,6 +20,8 @@ type Signer struct {
 	backends.KeyInfo
 	p    *Provider
 	name string // the key version's resource name
+	// created: by CreateKey; only such a key may be destroyed.
+	created bool
 }
 
 var _ backends.Signer = (*Signer)(nil)
@@ -129,6 +131,9 @@ var _ backends.Destroyer = (*Signer)(nil)
 // which RestoreCryptoKeyVersion brings it back; a version cannot be deleted
 // outright.
 func (s *Signer) Destroy(ctx context.Context) (string, error) {
+	if !s.created {
+		return "", backends.NotCreated(s.URI())
+	}
 	const op, method = "destroy-key", "DestroyCryptoKeyVersion"
 	c := call{op: op, uri: s.URI(), part: partVersions}
 	client, err := s.p.kmsClient(ctx, c)

@@ -281,7 +281,12 @@ func (p *Provider) CreateKey(ctx context.Context, req backends.CreateKeyRequest)
 	if err != nil {
 		return nil, err
 	}
-	return newSigner(p, t, loc, key, gen, loc.id)
+	s, err := newSigner(p, t, loc, key, gen, loc.id)
+	if err != nil {
+		return nil, err
+	}
+	s.created = true
+	return s, nil
 }
 
 // defaultFor is the algorithm a key of alg's shape gets without an
@@ -306,6 +311,8 @@ type Signer struct {
 	mu  sync.Mutex
 	key crypto11.Signer
 	gen uint64 // token generation key belongs to
+	// created: by CreateKey; only such a key may be destroyed.
+	created bool
 }
 
 // Sign implements crypto.Signer.
@@ -387,19 +394,24 @@ var _ backends.Destroyer = (*Signer)(nil)
 // token (backends.Destroyer): C_DestroyObject, which no backup of the
 // token undoes.
 func (s *Signer) Destroy(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	key := s.key
-	s.mu.Unlock()
-	d, ok := key.(interface{ Delete() error })
-	if !ok {
-		return "", backends.Errorf(backends.ErrPermanent, "destroy-key", s.URI(), "", "the key is closed or cannot be deleted")
+	if !s.created {
+		return "", backends.NotCreated(s.URI())
 	}
 	if err := ctx.Err(); err != nil {
 		return "", backends.Wrap(backends.ErrTransient, "destroy-key", s.URI(), "", err)
 	}
-	if err := d.Delete(); err != nil {
+	// The handle of the token's current session, found again if the token
+	// was re-opened since: a stale handle may name another object.
+	key, gen, err := s.current()
+	if err != nil {
+		return "", err
+	}
+	if err := s.tok.destroy(key, gen); err != nil {
 		return "", backends.Wrap(classify(err), "destroy-key", s.URI(), "", err)
 	}
+	s.mu.Lock()
+	s.key = nil
+	s.mu.Unlock()
 	return "destroyed the key pair on token " + s.tok.name(), nil
 }
 
@@ -944,6 +956,26 @@ func (t *token) sign(key crypto11.Signer, gen uint64, digest []byte, opts crypto
 	}
 	sig, err := key.Sign(rand.Reader, digest, opts)
 	return sig, epoch, err
+}
+
+// destroy deletes key (private and public objects) if gen is still the
+// token's generation, under the same locks as sign.
+func (t *token) destroy(key crypto11.Signer, gen uint64) error {
+	t.mod.mu.RLock()
+	defer t.mod.mu.RUnlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return errTokenClosed
+	}
+	if t.gen != gen || t.down || t.ctx == nil {
+		return p11.Error(p11.CKR_OBJECT_HANDLE_INVALID)
+	}
+	d, ok := key.(interface{ Delete() error })
+	if !ok {
+		return fmt.Errorf("the key handle (%T) cannot be deleted", key)
+	}
+	return d.Delete()
 }
 
 // needsReopen reports errors after which the token must be re-initialised
