@@ -74,7 +74,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, files, err := quickstartScript(filepath.Join(c.repo, "docs", "quickstart.md"))
+	script, files, err := quickstartScript(filepath.Join(c.repo, "docs", "quickstart.md"), "helm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +165,53 @@ func TestQuickstartAsWritten(t *testing.T) {
 			t.Errorf("keyward's Deployments still there after helm uninstall: %v", err)
 		}
 	})
+
+	// The quickstart's other way, on the same cluster once the Helm
+	// install's remains are gone: the namespaces, the Authorities and
+	// their bundles, the token's volume, the demo pods.
+	if t.Failed() {
+		return // what the Helm way left may be why; the kustomize way would only repeat it
+	}
+	t.Run("the kustomize way", func(t *testing.T) {
+		done := step("cluster emptied of the Helm install")
+		if out, err := c.shell(ctx, work, `kubectl delete pod demo demo-after-upgrade --ignore-not-found --wait --timeout=3m
+kubectl delete namespace keyward keyward-node --ignore-not-found --wait --timeout=3m
+kubectl delete authorities.keyward.dev --all --wait --timeout=1m
+kubectl delete clustertrustbundles --all --wait --timeout=1m
+kubectl delete pv pv-1 --wait --timeout=1m`); err != nil {
+			t.Fatalf("%v\n%s\n%s", err, out, c.diagnose(ctx))
+		}
+		c.createVolume(t, ctx, "pv-2")
+		done()
+		kwork := filepath.Join(c.dir, "quickstart-kustomize")
+		if err := os.MkdirAll(kwork, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// "from a checkout": the script's relative deploy/ path.
+		if err := os.Symlink(filepath.Join(c.repo, "deploy"), filepath.Join(kwork, "deploy")); err != nil {
+			t.Fatal(err)
+		}
+		script, files, err := quickstartScript(filepath.Join(c.repo, "docs", "quickstart.md"), "kustomize")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(kwork, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done = step("docs/quickstart.md's commands, the kustomize way")
+		if out, err := c.shell(ctx, kwork, script); err != nil {
+			t.Fatalf("the quickstart's commands failed: %v\n%s\n%s", err, out, c.diagnose(ctx))
+		}
+		done()
+		c.checkPods(t, ctx)
+		bundle, err := os.ReadFile(filepath.Join(kwork, "bundle.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.checkIssued(t, ctx, bundle, "default", "demo")
+	})
 }
 
 // setUpCluster starts what the quickstart assumes exists: a cluster with a
@@ -251,6 +298,8 @@ func setUpCluster(t *testing.T, ctx context.Context) *cluster {
 		Dir: c.dir,
 		Controllers: []string{"deployment-controller", "replicaset-controller", "daemonset-controller", "garbage-collector-controller",
 			"namespace-controller", "serviceaccount-controller", "root-ca-certificate-publisher-controller", "persistentvolume-binder-controller",
+			// They lift the protection finalizers once nothing uses a claim or volume.
+			"persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller",
 			// It lifts the not-ready taint kubelet registers the Node with.
 			"node-lifecycle-controller"},
 		QPS: 50, Burst: 100,
@@ -317,16 +366,8 @@ func (c *cluster) pushImages(t *testing.T, ctx context.Context, pool *x509.CertP
 }
 
 // createStorage makes the cluster's default StorageClass (no provisioner)
-// and one volume for it, on a folder anyone may write, as kind's
-// local-path provisioner makes them.
+// and one volume for it.
 func (c *cluster) createStorage(t *testing.T, ctx context.Context) {
-	path := filepath.Join(c.dir, "volumes", "pv-1")
-	if err := os.MkdirAll(path, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, 0o777); err != nil {
-		t.Fatal(err)
-	}
 	immediate := storagev1.VolumeBindingImmediate
 	if _, err := c.admin.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
@@ -335,9 +376,22 @@ func (c *cluster) createStorage(t *testing.T, ctx context.Context) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	c.createVolume(t, ctx, "pv-1")
+}
+
+// createVolume makes a volume of the default StorageClass on a folder
+// anyone may write, as kind's local-path provisioner makes them.
+func (c *cluster) createVolume(t *testing.T, ctx context.Context, name string) {
+	path := filepath.Join(c.dir, "volumes", name)
+	if err := os.MkdirAll(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	hostPath := corev1.HostPathDirectory
 	if _, err := c.admin.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},

@@ -30,14 +30,20 @@ import (
 // with the reason: <!-- quickstart test: not run (REASON) -->.
 var notRun = regexp.MustCompile(`^<!-- quickstart test: not run \(.+\) -->$`)
 
+// onlyWay marks the block after it as one of the alternatives, run only
+// when the test follows that way: <!-- quickstart test: helm way only -->.
+var onlyWay = regexp.MustCompile(`^<!-- quickstart test: ([a-z]+) way only -->$`)
+
 // fileBlock is a yaml block that names its file in its first line
 // ("# demo-pod.yaml"): the reader saves it under that name.
 var fileBlock = regexp.MustCompile(`^# ([A-Za-z0-9._-]+\.ya?ml)$`)
 
-// quickstartScript reads the quickstart: its sh blocks, in order, are the
-// script (each one as written, none skipped but those marked not run);
-// its yaml blocks that name a file are the files the script uses.
-func quickstartScript(path string) (string, map[string]string, error) {
+// quickstartScript reads the quickstart the way a user following way
+// ("helm" or "kustomize") does: its sh blocks, in order, are the script
+// (each one as written, none skipped but those marked not run or marked
+// for the other way); its yaml blocks that name a file are the files the
+// script uses.
+func quickstartScript(path, way string) (string, map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
@@ -51,6 +57,7 @@ func quickstartScript(path string) (string, map[string]string, error) {
 		block    []string
 		prev     string
 		blocks   int
+		ways     = map[string]bool{}
 	)
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
@@ -58,7 +65,12 @@ func quickstartScript(path string) (string, map[string]string, error) {
 		switch {
 		case !in && strings.HasPrefix(text, "```"):
 			in, lang, block = true, strings.TrimPrefix(text, "```"), nil
-			skip = notRun.MatchString(strings.TrimSpace(prev))
+			p := strings.TrimSpace(prev)
+			skip = notRun.MatchString(p)
+			if m := onlyWay.FindStringSubmatch(p); m != nil {
+				skip = m[1] != way
+				ways[m[1]] = true
+			}
 		case in && text == "```":
 			in = false
 			switch {
@@ -85,20 +97,32 @@ func quickstartScript(path string) (string, map[string]string, error) {
 	if blocks == 0 {
 		return "", nil, fmt.Errorf("%s: no sh block to run", path)
 	}
+	if !ways[way] {
+		return "", nil, fmt.Errorf("%s: no block is marked for the %s way (<!-- quickstart test: %s way only -->)", path, way, way)
+	}
 	return script.String(), files, nil
 }
 
 func TestQuickstartScriptReadsTheBlocks(t *testing.T) {
 	doc := filepath.Join(t.TempDir(), "q.md")
-	if err := os.WriteFile(doc, []byte("# Q\n\n<!-- quickstart test: not run (a reason) -->\n```sh\nkind create\n```\n\n```sh\nkubectl a\nkubectl b\n```\n\n```yaml\n# pod.yaml\nkind: Pod\n```\n\n```yaml\nkind: Other\n```\n\n```sh\nopenssl x\n```\n"), 0o644); err != nil {
+	if err := os.WriteFile(doc, []byte("# Q\n\n<!-- quickstart test: not run (a reason) -->\n```sh\nkind create\n```\n\n```sh\nkubectl a\nkubectl b\n```\n\n<!-- quickstart test: helm way only -->\n```sh\nhelm install\n```\n\n<!-- quickstart test: kustomize way only -->\n```sh\nkubectl apply -k\n```\n\n```yaml\n# pod.yaml\nkind: Pod\n```\n\n```yaml\nkind: Other\n```\n\n```sh\nopenssl x\n```\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script, files, err := quickstartScript(doc)
+	script, files, err := quickstartScript(doc, "helm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(script, "kind create") {
 		t.Errorf("the block marked not run is in the script:\n%s", script)
+	}
+	if !strings.Contains(script, "helm install") || strings.Contains(script, "apply -k") {
+		t.Errorf("the helm way's script:\n%s", script)
+	}
+	if k, _, err := quickstartScript(doc, "kustomize"); err != nil || strings.Contains(k, "helm install") || !strings.Contains(k, "apply -k") {
+		t.Errorf("the kustomize way's script (%v):\n%s", err, k)
+	}
+	if _, _, err := quickstartScript(doc, "kubectl"); err == nil {
+		t.Error("a way no block is marked for was accepted")
 	}
 	for _, want := range []string{"kubectl a\nkubectl b\n", "openssl x\n"} {
 		if !strings.Contains(script, want) {
@@ -108,8 +132,10 @@ func TestQuickstartScriptReadsTheBlocks(t *testing.T) {
 	if len(files) != 1 || files["pod.yaml"] != "# pod.yaml\nkind: Pod\n" {
 		t.Errorf("files = %q, want pod.yaml only", files)
 	}
-	if _, _, err := quickstartScript(filepath.Join("..", "..", "docs", "quickstart.md")); err != nil {
-		t.Errorf("docs/quickstart.md: %v", err)
+	for _, way := range []string{"helm", "kustomize"} {
+		if _, _, err := quickstartScript(filepath.Join("..", "..", "docs", "quickstart.md"), way); err != nil {
+			t.Errorf("docs/quickstart.md: %v", err)
+		}
 	}
 }
 
