@@ -13,14 +13,14 @@
 # status, and `kubelet --version` says it), through the same -X flags as
 # Kubernetes' own release build.
 #
-#   hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kubelet]
+#   hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl]
 set -euo pipefail
 usage="usage: hack/build-apiserver.sh OUTPUT [kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl]"
 out=${1:?$usage}
 name=${2:-kube-apiserver}
 case $name in
   kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl) ;;
-  *) echo "hack/build-apiserver.sh: COMPONENT is $name, want kube-apiserver, kube-controller-manager, kube-scheduler or kubelet (the ones hack/tools/tools.go pins)" >&2; exit 2 ;;
+  *) echo "hack/build-apiserver.sh: COMPONENT is $name, want kube-apiserver, kube-controller-manager, kube-scheduler, kubelet or kubectl (the ones hack/tools/tools.go pins)" >&2; exit 2 ;;
 esac
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 cd "$(dirname "$0")/tools"

@@ -62,7 +62,8 @@ func TestOneVersionEverywhere(t *testing.T) {
 	ref := regexp.MustCompile(`ghcr\.io/keyward/keyward:([^\s"'\x60)$]+)`)
 	placeholder := regexp.MustCompile(`^(VERSION|<version>|…)(-softhsm)?[.,;:]?$`)
 	// Every helm install/upgrade of the released chart names its version.
-	chartRef := regexp.MustCompile(`oci://ghcr\.io/keyward/charts/keyward\s+--version\s+([^\s\x60]+)`)
+	chartRef := regexp.MustCompile(`oci://ghcr\.io/keyward/charts/keyward\b`)
+	chartVersion := regexp.MustCompile(`--version[= ]+([^\s\x60\\]+)`)
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -94,8 +95,20 @@ func TestOneVersionEverywhere(t *testing.T) {
 				t.Errorf("%s: %s, VERSION %s", rel, m[0], version)
 			}
 		}
-		for _, m := range chartRef.FindAllStringSubmatch(string(b), -1) {
-			if m[1] != version && !placeholder.MatchString(m[1]) {
+		// The command a chart reference is in: up to a blank line or the
+		// end of its code block.
+		for _, loc := range chartRef.FindAllStringIndex(string(b), -1) {
+			cmd := string(b[loc[0]:])
+			for _, end := range []string{"\n\n", "```"} {
+				if i := strings.Index(cmd, end); i >= 0 {
+					cmd = cmd[:i]
+				}
+			}
+			m := chartVersion.FindStringSubmatch(cmd)
+			switch {
+			case m == nil:
+				t.Errorf("%s: %q names no --version (helm would take the newest chart, not VERSION %s)", rel, cmd, version)
+			case m[1] != version && !placeholder.MatchString(m[1]):
 				t.Errorf("%s: %s, VERSION %s", rel, m[0], version)
 			}
 		}

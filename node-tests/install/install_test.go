@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +67,13 @@ type cluster struct {
 // issuing goes on, helm uninstall keeps the CRD, the Authorities and the
 // token's claim.
 func TestQuickstartAsWritten(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// 20 minutes, or less if go test's -timeout ends sooner: a failure
+	// then still ends in a diagnosis, not in go test's panic.
+	budget := 20 * time.Minute
+	if d, ok := t.Deadline(); ok && time.Until(d)-time.Minute < budget {
+		budget = time.Until(d) - time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	c := setUpCluster(t, ctx)
 
@@ -90,6 +97,9 @@ func TestQuickstartAsWritten(t *testing.T) {
 	}
 	done()
 
+	t.Run("what the quickstart says to look at", func(t *testing.T) {
+		c.checkQuickstartClaims(t, ctx)
+	})
 	t.Run("keyward runs the images built here, under the Pod Security labelled", func(t *testing.T) {
 		c.checkPods(t, ctx)
 	})
@@ -107,7 +117,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 	})
 
 	t.Run("helm upgrade to a changed values file rolls the pods", func(t *testing.T) {
-		before := c.podUIDs(t, ctx, releaseNS)
+		before := c.podUIDs(t, ctx)
 		values := "signer:\n  replicas: 1\n  backend:\n    type: softhsm\npodAnnotations:\n  keyward.test/rollout: \"2\"\n"
 		if err := os.WriteFile(filepath.Join(work, "upgrade-values.yaml"), []byte(values), 0o644); err != nil {
 			t.Fatal(err)
@@ -174,6 +184,12 @@ func TestQuickstartAsWritten(t *testing.T) {
 	}
 	t.Run("the kustomize way", func(t *testing.T) {
 		done := step("cluster emptied of the Helm install")
+		// The Helm node agent's output and state on the node, too.
+		for _, d := range []string{"/etc/keyward-node", "/var/lib/keyward-node"} {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if out, err := c.shell(ctx, work, `kubectl delete pod demo demo-after-upgrade --ignore-not-found --wait --timeout=3m
 kubectl delete namespace keyward keyward-node --ignore-not-found --wait --timeout=3m
 kubectl delete authorities.keyward.dev --all --wait --timeout=1m
@@ -205,6 +221,7 @@ kubectl delete pv pv-1 --wait --timeout=1m`); err != nil {
 			t.Fatalf("the quickstart's commands failed: %v\n%s\n%s", err, out, c.diagnose(ctx))
 		}
 		done()
+		c.checkQuickstartClaims(t, ctx)
 		c.checkPods(t, ctx)
 		bundle, err := os.ReadFile(filepath.Join(kwork, "bundle.pem"))
 		if err != nil {
@@ -274,13 +291,17 @@ func setUpCluster(t *testing.T, ctx context.Context) *cluster {
 	if err := controlplane.WriteKubeconfig(cp.AdminConfig(), "admin", adminKC); err != nil {
 		t.Fatal(err)
 	}
-	c.env = append(os.Environ(),
-		"KUBECONFIG="+adminKC,
-		"HOME="+filepath.Join(c.dir, "home"),
-		"PATH="+filepath.Join(c.dir, "bin")+":"+os.Getenv("PATH"),
+	// Only these: nothing of the machine's (XDG_*, HELM_*, proxies)
+	// may steer helm or kubectl elsewhere.
+	c.env = []string{
+		"KUBECONFIG=" + adminKC,
+		"HOME=" + filepath.Join(c.dir, "home"),
+		"PATH=" + filepath.Join(c.dir, "bin") + ":" + os.Getenv("PATH"),
+		"TMPDIR=" + os.TempDir(),
+		"LANG=C.UTF-8",
 		// Go (helm) and OpenSSL take their roots from here: ghcr.io's CA.
-		"SSL_CERT_FILE="+tlsFiles.CAFile,
-	)
+		"SSL_CERT_FILE=" + tlsFiles.CAFile,
+	}
 
 	done = step("release images assembled (deploy/image) and pushed to ghcr.io")
 	c.pushImages(t, ctx, tlsFiles.Pool)
@@ -470,10 +491,12 @@ func (c *cluster) startNode(t *testing.T, ctx context.Context) {
 // say what the pod needs.
 func (c *cluster) checkPods(t *testing.T, ctx context.Context) {
 	t.Helper()
+	if err := c.waitWorkloads(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, c.diagnose(ctx))
+	}
 	wantLevel := map[string]string{releaseNS: "restricted", releaseNS + "-node": "privileged"}
-	checked := 0
-	defer func() { t.Logf("%d keyward containers run the images pushed, by digest", checked) }()
 	for ns, level := range wantLevel {
+		checked := 0
 		n, err := c.admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -512,6 +535,115 @@ func (c *cluster) checkPods(t *testing.T, ctx context.Context) {
 					t.Errorf("pod %s/%s container %s runs %s (%s), want the digest pushed, %s", ns, p.Name, cs.Name, cs.Image, cs.ImageID, want)
 				}
 			}
+		}
+		if checked == 0 {
+			t.Errorf("no keyward container inspected in namespace %s", ns)
+		}
+		t.Logf("namespace %s: %d keyward containers run the images pushed, by digest", ns, checked)
+	}
+}
+
+// workloads are what every install runs: the signer and the approver in
+// keyward's namespace, the node agent in its own.
+var workloads = []struct{ namespace, kind, name string }{
+	{releaseNS, "Deployment", "keyward-signer"},
+	{releaseNS, "Deployment", "keyward-approver"},
+	{releaseNS + "-node", "DaemonSet", "keyward-node-agent"},
+}
+
+// waitWorkloads waits until each of workloads has all its pods updated,
+// ready and available (a pod refused admission never gets there).
+func (c *cluster) waitWorkloads(ctx context.Context) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, w := range workloads {
+			switch w.kind {
+			case "Deployment":
+				d, err := c.admin.AppsV1().Deployments(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
+				if err != nil {
+					last = err.Error()
+					return false, nil
+				}
+				want := int32(1)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				s := d.Status
+				if d.Generation != s.ObservedGeneration || want == 0 || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.AvailableReplicas != want || s.Replicas != want {
+					last = fmt.Sprintf("Deployment %s/%s: want %d, status %+v", w.namespace, w.name, want, s)
+					return false, nil
+				}
+			case "DaemonSet":
+				d, err := c.admin.AppsV1().DaemonSets(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
+				if err != nil {
+					last = err.Error()
+					return false, nil
+				}
+				s := d.Status
+				if d.Generation != s.ObservedGeneration || s.DesiredNumberScheduled == 0 || s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberReady != s.DesiredNumberScheduled || s.NumberAvailable != s.DesiredNumberScheduled {
+					last = fmt.Sprintf("DaemonSet %s/%s: status %+v", w.namespace, w.name, s)
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("keyward's workloads not all ready: %s: %w", last, err)
+	}
+	return nil
+}
+
+// checkQuickstartClaims checks what the quickstart tells the reader to
+// look at: the demo pod's request issued, generation g1 Active in each
+// configured signer name's Authority, its live and canary bundles.
+func (c *cluster) checkQuickstartClaims(t *testing.T, ctx context.Context) {
+	t.Helper()
+	pcrs, err := c.admin.CertificatesV1().PodCertificateRequests("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := false
+	for _, p := range pcrs.Items {
+		for _, cond := range p.Status.Conditions {
+			if p.Spec.PodName == "demo" && cond.Type == "Issued" && cond.Status == metav1.ConditionTrue {
+				issued = true
+			}
+		}
+	}
+	if !issued {
+		t.Errorf("no PodCertificateRequest of pod demo with condition Issued among %d", len(pcrs.Items))
+	}
+	auths, err := c.authorities.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, a := range auths.Items {
+		if a.Spec.SignerName != podIdentity {
+			continue
+		}
+		found = true
+		if len(a.Spec.Generations) != 1 || a.Spec.Generations[0].Name != "g1" || (a.Spec.Generations[0].Phase != "" && a.Spec.Generations[0].Phase != "Active") {
+			t.Errorf("Authority %s: generations %+v, want g1 Active alone", a.Name, a.Spec.Generations)
+		}
+	}
+	if !found {
+		t.Errorf("no Authority for %s", podIdentity)
+	}
+	for _, version := range []string{"live", "canary"} {
+		ctbs, err := c.admin.CertificatesV1().ClusterTrustBundles().List(ctx, metav1.ListOptions{LabelSelector: "keyward.dev/cluster-trust-bundle-version=" + version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, b := range ctbs.Items {
+			if b.Spec.SignerName == podIdentity {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d %s ClusterTrustBundles of %s, want 1", n, version, podIdentity)
 		}
 	}
 }
@@ -568,16 +700,22 @@ func (c *cluster) checkIssued(t *testing.T, ctx context.Context, bundle []byte, 
 	}
 }
 
-// podUIDs are the UIDs of the release's pods, by name.
-func (c *cluster) podUIDs(t *testing.T, ctx context.Context, ns string) map[string]string {
+// podUIDs are the UIDs of the release's pods in both namespaces, by
+// namespace/name.
+func (c *cluster) podUIDs(t *testing.T, ctx context.Context) map[string]string {
 	t.Helper()
-	pods, err := c.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=keyward"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, p := range pods.Items {
-		out[p.Name] = string(p.UID)
+	for _, ns := range []string{releaseNS, releaseNS + "-node"} {
+		pods, err := c.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=keyward"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			out[ns+"/"+p.Name] = string(p.UID)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no keyward pods before the upgrade")
 	}
 	return out
 }
@@ -587,25 +725,28 @@ func (c *cluster) podUIDs(t *testing.T, ctx context.Context, ns string) map[stri
 func (c *cluster) waitRolled(ctx context.Context, before map[string]string) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := c.admin.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=keyward"})
-		if err != nil {
-			return false, nil
+		n := 0
+		for _, ns := range []string{releaseNS, releaseNS + "-node"} {
+			pods, err := c.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=keyward"})
+			if err != nil {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				n++
+				if _, old := before[ns+"/"+p.Name]; old {
+					last = "pod " + ns + "/" + p.Name + " from before the upgrade is still there"
+					return false, nil
+				}
+				if p.Annotations["keyward.test/rollout"] != "2" {
+					last = "pod " + ns + "/" + p.Name + " lacks the upgrade's annotation"
+					return false, nil
+				}
+			}
 		}
-		if len(pods.Items) == 0 {
+		if n == 0 {
 			last = "no pods"
-			return false, nil
 		}
-		for _, p := range pods.Items {
-			if _, old := before[p.Name]; old {
-				last = "pod " + p.Name + " from before the upgrade is still there"
-				return false, nil
-			}
-			if p.Annotations["keyward.test/rollout"] != "2" {
-				last = "pod " + p.Name + " lacks the upgrade's annotation"
-				return false, nil
-			}
-		}
-		return true, nil
+		return n > 0, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the pods did not roll after helm upgrade: %s: %w", last, err)
@@ -618,6 +759,11 @@ func (c *cluster) waitRolled(ctx context.Context, before map[string]string) erro
 func (c *cluster) shell(ctx context.Context, dir, script string) (string, error) {
 	cmd := exec.CommandContext(ctx, "bash", "-euxo", "pipefail", "-c", script)
 	cmd.Dir, cmd.Env = dir, c.env
+	// At the deadline the whole group goes (kubectl, helm), not bash
+	// alone, and the output pipe is given up after a grace period.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -626,8 +772,13 @@ func (c *cluster) shell(ctx context.Context, dir, script string) (string, error)
 
 // diagnose gathers what a failure needs: pods, events, the last lines of
 // kubelet's log.
-func (c *cluster) diagnose(ctx context.Context) string {
-	out, _ := c.shell(ctx, c.dir, "kubectl get pods,pvc,pcr -A -o wide; kubectl get events -A --sort-by=.lastTimestamp | tail -40; kubectl -n keyward logs deploy/keyward-signer --all-containers --tail=40 || true")
+func (c *cluster) diagnose(context.Context) string {
+	// Its own time: the failure may be the deadline of the test's.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, _ := c.shell(ctx, c.dir, `kubectl get pods,pvc,podcertificaterequests -A -o wide || true
+kubectl get events -A --sort-by=.lastTimestamp | tail -40 || true
+kubectl -n keyward logs deploy/keyward-signer --all-containers --tail=40 || true`)
 	if c.node != nil {
 		out += "\nkubelet log:\n" + controlplane.Tail(c.node.KubeletLog, 30)
 	}

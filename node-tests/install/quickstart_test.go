@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,12 @@ func quickstartScript(path, way string) (string, map[string]string, error) {
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		text := sc.Text()
+		if t := strings.TrimSpace(text); strings.HasPrefix(t, "```") && !strings.HasPrefix(text, "```") {
+			return "", nil, fmt.Errorf("%s:%d: an indented fence: the quickstart test reads only fences at the line's start", path, line)
+		}
+		if !in && slices.Contains([]string{"```bash", "```shell", "```console", "```sh-session"}, strings.TrimSpace(text)) {
+			return "", nil, fmt.Errorf("%s:%d: %s: tag shell commands sh, the quickstart test runs those", path, line, strings.TrimSpace(text))
+		}
 		switch {
 		case !in && strings.HasPrefix(text, "```"):
 			in, lang, block = true, strings.TrimPrefix(text, "```"), nil
@@ -140,17 +147,14 @@ func TestQuickstartScriptReadsTheBlocks(t *testing.T) {
 }
 
 // debCache is the folder of this architecture's cached Debian packages
-// (deploy/image.FetchDebs), where make release keeps them too.
+// (deploy/image.FetchDebs): debs/bookworm-ARCH in the cache root that
+// holds controlplane.CacheDir.
 func debCache() (string, error) {
-	cache := os.Getenv(controlplane.EnvCacheDir)
-	if cache == "" {
-		uc, err := os.UserCacheDir()
-		if err != nil {
-			return "", err
-		}
-		cache = filepath.Join(uc, "keyward")
+	cp, err := controlplane.CacheDir() // <root>/controlplane/<version>
+	if err != nil {
+		return "", err
 	}
-	return filepath.Join(cache, "debs", "bookworm-"+runtime.GOARCH), nil
+	return filepath.Join(filepath.Dir(filepath.Dir(cp)), "debs", "bookworm-"+runtime.GOARCH), nil
 }
 
 // cachedDebs returns the cached .deb files of packages (fetching any that

@@ -34,6 +34,9 @@ var HostPaths = []string{
 	"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd",
 	"/var/run/containerd", "/var/lib/cni", "/etc/cni", "/opt/cni", "/usr/libexec/kubernetes",
 	"/var/lib/containerd", "/run/nri", "/var/run/nri", "/opt/containerd",
+	// kubeadm's kubelet layout and the node agent's default host folders,
+	// which the install test writes on the overlay of /etc (OverlayEtc).
+	"/etc/kubernetes", "/etc/keyward-node", "/var/lib/keyward-node",
 }
 
 // kubeletSysctls are the machine-wide kernel settings kubelet v1.37 sets
@@ -244,6 +247,8 @@ func SetUpNamespaces() error {
 // test can lay the node out as kubeadm does (/etc/kubernetes/kubelet.conf),
 // name hosts in /etc/hosts, and let pods write hostPath folders under /etc,
 // while the machine's /etc stays as it was. Call it after SetUpNamespaces.
+// Files bind-mounted over /etc's own (a container's /etc/hosts) are hidden
+// by the overlay: the namespace sees the underlying copies.
 func OverlayEtc() error {
 	upper, work := filepath.Join(WorkDir(), "etc-overlay", "upper"), filepath.Join(WorkDir(), "etc-overlay", "work")
 	for _, d := range []string{upper, work} {

@@ -1,5 +1,5 @@
-// Package servingcert makes a throwaway TLS serving certificate for
-// 127.0.0.1 under a throwaway CA, as files: for the token service in the
+// Package servingcert makes a throwaway TLS serving certificate (for
+// 127.0.0.1, or the hosts given) under a throwaway CA, as files: for the token service in the
 // demo, the tests and the benchmarks, where production would use the
 // cluster's usual issuer. Nothing here is for production keys.
 package servingcert
