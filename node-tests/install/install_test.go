@@ -1,18 +1,22 @@
 package install
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,19 +188,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 	}
 	t.Run("the kustomize way", func(t *testing.T) {
 		done := step("cluster emptied of the Helm install")
-		// The Helm node agent's output and state on the node, too.
-		for _, d := range []string{"/etc/keyward-node", "/var/lib/keyward-node"} {
-			if err := os.RemoveAll(d); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if out, err := c.shell(ctx, work, `kubectl delete pod demo demo-after-upgrade --ignore-not-found --wait --timeout=3m
-kubectl delete namespace keyward keyward-node --ignore-not-found --wait --timeout=3m
-kubectl delete authorities.keyward.dev --all --wait --timeout=1m
-kubectl delete clustertrustbundles --all --wait --timeout=1m
-kubectl delete pv pv-1 --wait --timeout=1m`); err != nil {
-			t.Fatalf("%v\n%s\n%s", err, out, c.diagnose(ctx))
-		}
+		c.empty(t, ctx, "pv-1")
 		c.createVolume(t, ctx, "pv-2")
 		done()
 		kwork := filepath.Join(c.dir, "quickstart-kustomize")
@@ -224,6 +216,81 @@ kubectl delete pv pv-1 --wait --timeout=1m`); err != nil {
 		c.checkQuickstartClaims(t, ctx)
 		c.checkPods(t, ctx)
 		bundle, err := os.ReadFile(filepath.Join(kwork, "bundle.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.checkIssued(t, ctx, bundle, "default", "demo")
+
+		// docs/production/softhsm.md's backup, on this install.
+		backup, _, err := docScript(filepath.Join(c.repo, "docs", "production", "softhsm.md"), "", "## Backup and restore")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = step("docs/production/softhsm.md's backup")
+		if out, err := c.shell(ctx, kwork, backup); err != nil {
+			t.Fatalf("the backup's commands failed: %v\n%s\n%s", err, out, c.diagnose(ctx))
+		}
+		done()
+		checkTokenBackup(t, kwork)
+		c.checkPods(t, ctx) // the signer is back
+	})
+
+	if t.Failed() {
+		return
+	}
+	// docs/production/pkcs11-hsm.md and ca-admin.md, as written, with
+	// SoftHSM2 standing in for the HSM: its library is the vendor library
+	// an image of the user's carries (hsm-client), its token the HSM
+	// partition, provisioned beforehand as an HSM's administrator would.
+	// The user's edits the guides ask for ("after setting the library
+	// image and client config", "edit the image names") are made to a copy
+	// of deploy/; then quickstart.md's demo pod, from section 5.
+	t.Run("the PKCS#11 guide and the CA admin Job", func(t *testing.T) {
+		done := step("cluster emptied of the kustomize install")
+		c.empty(t, ctx, "pv-2")
+		tokens := c.createVolume(t, ctx, "pv-3")
+		done()
+		done = step("the HSM partition (a SoftHSM2 token) and the client library image")
+		pwork := filepath.Join(c.dir, "pkcs11")
+		if err := os.MkdirAll(pwork, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		pin := "pkcs11-guide-pin"
+		if err := os.WriteFile(filepath.Join(pwork, "pin"), []byte(pin+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		initHSMToken(t, tokens, "keyward-ca", pin)
+		c.pushHSMClient(t, ctx)
+		done()
+		if err := os.CopyFS(filepath.Join(pwork, "deploy"), os.DirFS(filepath.Join(c.repo, "deploy"))); err != nil {
+			t.Fatal(err)
+		}
+		editPKCS11Checkout(t, filepath.Join(pwork, "deploy"))
+		var script strings.Builder
+		for _, g := range []struct{ doc, from string }{
+			{"docs/production/pkcs11-hsm.md", ""},
+			{"docs/production/ca-admin.md", ""},
+			{"docs/quickstart.md", "## 5."},
+		} {
+			s, files, err := docScript(filepath.Join(c.repo, g.doc), "", g.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			script.WriteString(s)
+			for name, content := range files {
+				if err := os.WriteFile(filepath.Join(pwork, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		done = step("docs/production/pkcs11-hsm.md, ca-admin.md, quickstart.md from section 5")
+		if out, err := c.shell(ctx, pwork, script.String()); err != nil {
+			t.Fatalf("the guides' commands failed: %v\n%s\n%s", err, out, c.diagnose(ctx))
+		}
+		done()
+		c.checkQuickstartClaims(t, ctx)
+		c.checkPods(t, ctx)
+		bundle, err := os.ReadFile(filepath.Join(pwork, "bundle.pem"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,6 +388,8 @@ func setUpCluster(t *testing.T, ctx context.Context) *cluster {
 			"namespace-controller", "serviceaccount-controller", "root-ca-certificate-publisher-controller", "persistentvolume-binder-controller",
 			// They lift the protection finalizers once nothing uses a claim or volume.
 			"persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller",
+			// The CA admin Job of docs/production/ca-admin.md.
+			"job-controller",
 			// It lifts the not-ready taint kubelet registers the Node with.
 			"node-lifecycle-controller"},
 		QPS: 50, Burst: 100,
@@ -400,9 +469,29 @@ func (c *cluster) createStorage(t *testing.T, ctx context.Context) {
 	c.createVolume(t, ctx, "pv-1")
 }
 
+// empty removes what an install left: the demo pods, keyward's
+// namespaces, the Authorities and their bundles, the node agent's host
+// folders, and volume pv (whose claim went with its namespace).
+func (c *cluster) empty(t *testing.T, ctx context.Context, pv string) {
+	t.Helper()
+	for _, d := range []string{"/etc/keyward-node", "/var/lib/keyward-node"} {
+		if err := os.RemoveAll(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := c.shell(ctx, c.dir, `kubectl delete pod demo demo-after-upgrade --ignore-not-found --wait --timeout=3m
+kubectl delete namespace keyward keyward-node --ignore-not-found --wait --timeout=3m
+kubectl delete authorities.keyward.dev --all --wait --timeout=1m
+kubectl delete clustertrustbundles --all --wait --timeout=1m
+kubectl delete pv `+pv+` --wait --timeout=1m`); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, c.diagnose(ctx))
+	}
+}
+
 // createVolume makes a volume of the default StorageClass on a folder
-// anyone may write, as kind's local-path provisioner makes them.
-func (c *cluster) createVolume(t *testing.T, ctx context.Context, name string) {
+// anyone may write, as kind's local-path provisioner makes them, and
+// returns the folder.
+func (c *cluster) createVolume(t *testing.T, ctx context.Context, name string) string {
 	path := filepath.Join(c.dir, "volumes", name)
 	if err := os.MkdirAll(path, 0o777); err != nil {
 		t.Fatal(err)
@@ -423,6 +512,7 @@ func (c *cluster) createVolume(t *testing.T, ctx context.Context, name string) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return path
 }
 
 // startNode starts kubelet as kubeadm lays it out, with the pause and
@@ -790,5 +880,39 @@ func stepper(t *testing.T) func(string) func() {
 	return func(what string) func() {
 		began := time.Now()
 		return func() { t.Logf("%s (%s)", what, time.Since(began).Round(time.Millisecond)) }
+	}
+}
+
+// checkTokenBackup checks the backup softhsm.md makes: a gzipped tar of
+// tokens/ holding a SoftHSM2 token (its token.object).
+func checkTokenBackup(t *testing.T, dir string) {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(dir, "softhsm-tokens-*.tgz"))
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("the backup archive: %v %v", matches, err)
+	}
+	f, err := os.Open(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", matches[0], err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", matches[0], err)
+		}
+		names = append(names, h.Name)
+	}
+	if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "tokens/") && strings.HasSuffix(n, "/token.object") }) {
+		t.Errorf("%s holds no token (tokens/*/token.object): %v", matches[0], names)
 	}
 }

@@ -4,7 +4,9 @@
 // pods from the images make release assembles, under the Pod Security the
 // quickstart labels, a workload pod with a certificate keyward issued,
 // then helm test, helm upgrade and helm uninstall; then, on the cluster
-// emptied of it, the quickstart's kustomize way.
+// emptied of it, the quickstart's kustomize way and softhsm.md's backup;
+// then docs/production/pkcs11-hsm.md and ca-admin.md with SoftHSM2
+// standing in for the HSM.
 //
 // The cluster is whole, as kind's would be, and never leaves the private
 // namespaces testsupport/node makes:

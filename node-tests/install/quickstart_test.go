@@ -45,6 +45,13 @@ var fileBlock = regexp.MustCompile(`^# ([A-Za-z0-9._-]+\.ya?ml)$`)
 // for the other way); its yaml blocks that name a file are the files the
 // script uses.
 func quickstartScript(path, way string) (string, map[string]string, error) {
+	return docScript(path, way, "")
+}
+
+// docScript is quickstartScript for any guide: way "" when the guide has
+// no alternatives; from, when set, is the heading line where the script
+// starts (a later section of a guide).
+func docScript(path, way, from string) (string, map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
@@ -60,9 +67,14 @@ func quickstartScript(path, way string) (string, map[string]string, error) {
 		blocks   int
 		ways     = map[string]bool{}
 	)
+	started := from == ""
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		text := sc.Text()
+		if !started {
+			started = strings.HasPrefix(text, from)
+			continue
+		}
 		if t := strings.TrimSpace(text); strings.HasPrefix(t, "```") && !strings.HasPrefix(text, "```") {
 			return "", nil, fmt.Errorf("%s:%d: an indented fence: the quickstart test reads only fences at the line's start", path, line)
 		}
@@ -104,7 +116,10 @@ func quickstartScript(path, way string) (string, map[string]string, error) {
 	if blocks == 0 {
 		return "", nil, fmt.Errorf("%s: no sh block to run", path)
 	}
-	if !ways[way] {
+	if !started {
+		return "", nil, fmt.Errorf("%s: no heading %q", path, from)
+	}
+	if way != "" && !ways[way] {
 		return "", nil, fmt.Errorf("%s: no block is marked for the %s way (<!-- quickstart test: %s way only -->)", path, way, way)
 	}
 	return script.String(), files, nil
@@ -112,7 +127,7 @@ func quickstartScript(path, way string) (string, map[string]string, error) {
 
 func TestQuickstartScriptReadsTheBlocks(t *testing.T) {
 	doc := filepath.Join(t.TempDir(), "q.md")
-	if err := os.WriteFile(doc, []byte("# Q\n\n<!-- quickstart test: not run (a reason) -->\n```sh\nkind create\n```\n\n```sh\nkubectl a\nkubectl b\n```\n\n<!-- quickstart test: helm way only -->\n```sh\nhelm install\n```\n\n<!-- quickstart test: kustomize way only -->\n```sh\nkubectl apply -k\n```\n\n```yaml\n# pod.yaml\nkind: Pod\n```\n\n```yaml\nkind: Other\n```\n\n```sh\nopenssl x\n```\n"), 0o644); err != nil {
+	if err := os.WriteFile(doc, []byte("# Q\n\n<!-- quickstart test: not run (a reason) -->\n```sh\nkind create\n```\n\n```sh\nkubectl a\nkubectl b\n```\n\n<!-- quickstart test: helm way only -->\n```sh\nhelm install\n```\n\n<!-- quickstart test: kustomize way only -->\n```sh\nkubectl apply -k\n```\n\n```yaml\n# pod.yaml\nkind: Pod\n```\n\n```yaml\nkind: Other\n```\n\n## Later\n\n```sh\nopenssl x\n```\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script, files, err := quickstartScript(doc, "helm")
@@ -130,6 +145,9 @@ func TestQuickstartScriptReadsTheBlocks(t *testing.T) {
 	}
 	if _, _, err := quickstartScript(doc, "kubectl"); err == nil {
 		t.Error("a way no block is marked for was accepted")
+	}
+	if from, _, err := docScript(doc, "", "## Later"); err != nil || strings.Contains(from, "kubectl a") || !strings.Contains(from, "openssl x") {
+		t.Errorf("the script from a later line (%v):\n%s", err, from)
 	}
 	for _, want := range []string{"kubectl a\nkubectl b\n", "openssl x\n"} {
 		if !strings.Contains(script, want) {
@@ -178,7 +196,7 @@ func fetchDebs() error {
 }
 
 // busyboxArchive makes the demo pod's image from Debian's busybox-static
-// (its files, plus /bin/sleep and /bin/cat as links to busybox) and
+// (its files, plus /bin/sleep, cat, sh, cp, tar and gzip as links to busybox: the commands of the guides' pods and of the HSM client image) and
 // writes it as an archive named busyboxRef.
 func (c *cluster) busyboxArchive() (string, error) {
 	debs, err := cachedDebs([]string{"busybox-static"})
@@ -194,7 +212,7 @@ func (c *cluster) busyboxArchive() (string, error) {
 	}
 	var links bytes.Buffer
 	tw := tar.NewWriter(&links)
-	for _, l := range []string{"sleep", "cat", "sh"} {
+	for _, l := range []string{"sleep", "cat", "sh", "cp", "tar", "gzip"} {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + l, Linkname: "busybox", Mode: 0o777, ModTime: time.Unix(0, 0)}); err != nil {
 			return "", err
 		}
