@@ -35,6 +35,7 @@ import (
 	"github.com/keyward/keyward/deploy/image"
 	authclient "github.com/keyward/keyward/kubeclient/authority/client"
 	"github.com/keyward/keyward/testsupport/controlplane"
+	"github.com/keyward/keyward/testsupport/docscript"
 	"github.com/keyward/keyward/testsupport/node"
 	"github.com/keyward/keyward/testsupport/nodeimages"
 	"github.com/keyward/keyward/testsupport/servingcert"
@@ -85,7 +86,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, files, err := quickstartScript(filepath.Join(c.repo, "docs", "quickstart.md"), "helm")
+	script, files, err := docscript.Quickstart(filepath.Join(c.repo, "docs", "quickstart.md"), "helm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 		if err := os.Symlink(filepath.Join(c.repo, "deploy"), filepath.Join(kwork, "deploy")); err != nil {
 			t.Fatal(err)
 		}
-		script, files, err := quickstartScript(filepath.Join(c.repo, "docs", "quickstart.md"), "kustomize")
+		script, files, err := docscript.Quickstart(filepath.Join(c.repo, "docs", "quickstart.md"), "kustomize")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +223,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 		c.checkIssued(t, ctx, bundle, "default", "demo")
 
 		// docs/production/softhsm.md's backup, on this install.
-		backup, _, err := docScript(filepath.Join(c.repo, "docs", "production", "softhsm.md"), "", "## Backup and restore")
+		backup, _, err := docscript.Read(filepath.Join(c.repo, "docs", "production", "softhsm.md"), "", "## Backup and restore")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +273,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 			{"docs/production/ca-admin.md", ""},
 			{"docs/quickstart.md", "## 5."},
 		} {
-			s, files, err := docScript(filepath.Join(c.repo, g.doc), "", g.from)
+			s, files, err := docscript.Read(filepath.Join(c.repo, g.doc), "", g.from)
 			if err != nil {
 				t.Fatal(err)
 			}
