@@ -338,7 +338,7 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 		if err := ctx.Err(); err != nil {
 			return nil, backends.Wrap(backends.ErrTransient, "sign", s.URI(), "", err)
 		}
-		key, gen, err := s.current()
+		key, gen, err := s.current("sign")
 		if err != nil {
 			return nil, err
 		}
@@ -359,30 +359,31 @@ func (s *Signer) SignContext(ctx context.Context, digest []byte, opts crypto.Sig
 }
 
 // current returns the key handle for the token's current generation,
-// re-opening the token and finding the key again if needed.
-func (s *Signer) current() (crypto11.Signer, uint64, error) {
+// re-opening the token and finding the key again if needed; op names the
+// operation in its errors.
+func (s *Signer) current(op string) (crypto11.Signer, uint64, error) {
 	if s.prov.closed.Load() {
-		return nil, 0, errProviderClosed("sign", s.URI())
+		return nil, 0, errProviderClosed(op, s.URI())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.key != nil && s.tok.live(s.gen) {
 		return s.key, s.gen, nil
 	}
-	key, gen, err := s.tok.find("sign", s.loc)
+	key, gen, err := s.tok.find(op, s.loc)
 	if err != nil {
 		if errors.Is(err, errTokenClosed) {
-			return nil, 0, errProviderClosed("sign", s.URI())
+			return nil, 0, errProviderClosed(op, s.URI())
 		}
 		// The key was there when we opened it: while the token recovers,
 		// "not found" is transient.
 		if errors.Is(err, backends.ErrNotFound) {
-			return nil, 0, backends.Wrap(backends.ErrTransient, "sign", s.URI(), "token", fmt.Errorf("key not visible while the token recovers: %w", errors.Unwrap(err)))
+			return nil, 0, backends.Wrap(backends.ErrTransient, op, s.URI(), "token", fmt.Errorf("key not visible while the token recovers: %w", errors.Unwrap(err)))
 		}
 		return nil, 0, err
 	}
 	if fp, _ := backends.Fingerprint(key.Public()); fp != s.Fingerprint() {
-		return nil, 0, backends.Errorf(backends.ErrPermanent, "sign", s.URI(), "object", "after re-opening the token the key has fingerprint %s, was %s", fp, s.Fingerprint())
+		return nil, 0, backends.Errorf(backends.ErrPermanent, op, s.URI(), "object", "after re-opening the token the key has fingerprint %s, was %s", fp, s.Fingerprint())
 	}
 	s.key, s.gen = key, gen
 	return key, gen, nil
@@ -402,7 +403,7 @@ func (s *Signer) Destroy(ctx context.Context) (string, error) {
 	}
 	// The handle of the token's current session, found again if the token
 	// was re-opened since: a stale handle may name another object.
-	key, gen, err := s.current()
+	key, gen, err := s.current("destroy-key")
 	if err != nil {
 		return "", err
 	}

@@ -231,15 +231,10 @@ func SetUpNamespaces() error {
 			return fmt.Errorf("binding kubelet's %s over the host's: %w", name, err)
 		}
 	}
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"addr", "add", NodeIP() + "/32", "dev", "lo"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s (make deps installs iproute2)", strings.Join(args, " "), err, out)
-		}
+	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link set lo up: %v: %s (make deps installs iproute2)", err, out)
 	}
-	return nil
+	return AddAddress(NodeIP())
 }
 
 // OverlayEtc makes /etc writable for this mount namespace only: an
@@ -266,7 +261,7 @@ func OverlayEtc() error {
 // a stand-in registry's address).
 func AddAddress(ip string) error {
 	if out, err := exec.Command("ip", "addr", "add", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		return fmt.Errorf("ip addr add %s/32 dev lo: %v: %s", ip, err, out)
+		return fmt.Errorf("ip addr add %s/32 dev lo: %v: %s (make deps installs iproute2)", ip, err, out)
 	}
 	return nil
 }
