@@ -126,6 +126,18 @@ func ServesPodCertificates(d discovery.DiscoveryInterface, version string) (bool
 	return names.Has("podcertificaterequests") && names.Has("podcertificaterequests/status"), nil
 }
 
+// LeaseClient is a client for the Lease alone: a renewal queued behind a
+// burst of other requests in a shared client's rate limiter would lose the
+// Lease. Its rate allows a write every retryPeriod with room to spare.
+func LeaseClient(cfg *rest.Config, retryPeriod time.Duration) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 10, 20
+	if retryPeriod > 0 {
+		c.QPS = max(c.QPS, float32(4*time.Second/retryPeriod))
+	}
+	return kubernetes.NewForConfig(c)
+}
+
 // LeaderElection configures RunOrDie's Lease.
 type LeaderElection struct {
 	Namespace, Name string
@@ -135,6 +147,10 @@ type LeaderElection struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// OnLeading and OnStandby report the state, e.g. to /readyz.
 	OnLeading, OnStandby func()
+	// Fence, when set, follows this replica's Lease writes: what lead
+	// signs it bounds by Fence.Bound, so that nothing is signed once a
+	// standby may have taken over (a partition, a paused process).
+	Fence *Fence
 }
 
 // RunLeader runs lead while this replica holds the Lease. When leadership is
@@ -154,6 +170,10 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
 		return fmt.Errorf("creating lease lock: %w", err)
+	}
+	if le.Fence != nil {
+		lock = &fencedLock{Interface: lock, fence: le.Fence, renewDeadline: le.RenewDeadline}
+		defer le.Fence.close()
 	}
 	logger := klog.FromContext(ctx).WithValues("lease", le.Namespace+"/"+le.Name, "identity", id)
 	lost := make(chan struct{})
@@ -221,7 +241,12 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 				// lead has returned: release the Lease (ReleaseOnCancel).
 				stopElecting()
 			},
-			OnStoppedLeading: func() { close(lost) },
+			OnStoppedLeading: func() {
+				if le.Fence != nil {
+					le.Fence.close()
+				}
+				close(lost)
+			},
 			OnNewLeader: func(identity string) {
 				if identity != id {
 					logger.Info("Standing by", "leader", identity)

@@ -112,6 +112,22 @@ func (s *state) synced() bool {
 	return true
 }
 
+// warm reports whether every controller's informers have synced, before
+// leading (a standby ready to take over).
+func (s *state) warm() bool {
+	if s.wantPCR.Load() {
+		if c := s.controller.Load(); c == nil || !c.Warm() {
+			return false
+		}
+	}
+	if s.wantCSR.Load() {
+		if c := s.csr.Load(); c == nil || !c.Warm() {
+			return false
+		}
+	}
+	return true
+}
+
 // alive is nil unless a CA key has a backend call stuck for so long that
 // only a restart is likely to help (/healthz, the liveness probe).
 func (s *state) alive() error {
@@ -129,7 +145,7 @@ func (s *state) keys() []backends.Signer {
 
 // ready is nil when every signer name has an Active generation whose key
 // is open, every open CA key's backend answered its last signature, and
-// this replica either stands by or leads with synced caches.
+// this replica either stands by or leads, with synced caches.
 func (s *state) ready() error {
 	g := s.generations.Load()
 	if g == nil {
@@ -150,6 +166,9 @@ func (s *state) ready() error {
 		}
 		return nil
 	case s.standby.Load():
+		if !s.warm() {
+			return errors.New("standing by, caches not synced yet")
+		}
 		return nil
 	}
 	return errors.New("leader election not decided yet")
@@ -299,42 +318,58 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "keyward-signer"})
 
-	// lead issues until ctx ends. A controller that cannot be built or
-	// stops on its own is an error: the replica gives up the Lease and
-	// exits rather than hold it while issuing nothing.
+	// Every replica builds its controllers and starts their informers, so
+	// that a standby takes over with warm caches; only the leader's
+	// workers sign, each signature and status write bounded by the fence
+	// of its Lease (docs/signer.md, "Failover").
+	var fence *kubeclient.Fence
+	if *cfg.LeaderElection.Enabled {
+		fence = kubeclient.NewFence()
+	}
+	var runs []func(context.Context) error
+	if len(signers) > 0 {
+		c, err := pcr.New(pcr.Options{
+			Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
+			FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Permissions: gate, Recorder: recorder,
+			EventPolicy: pcr.EventPolicy{Issued: cfg.Events.Issued, WarningsPerSecond: cfg.Events.PerSecond, NormalPerSecond: cfg.Events.PerSecond},
+			Fence:       fenceOrNil(fence),
+		})
+		if err != nil {
+			return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
+		}
+		if err := c.Start(ctx); err != nil {
+			return fmt.Errorf("starting the PodCertificateRequest informers: %w", err)
+		}
+		st.controller.Store(c)
+		runs = append(runs, func(ctx context.Context) error {
+			if err := c.Run(ctx); err != nil {
+				return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
+			}
+			return nil
+		})
+	}
+	if len(csrSigners) > 0 {
+		c, err := csr.New(csr.Options{Client: client, Signers: csrSigners, Workers: cfg.Workers,
+			Permissions: gate, Recorder: recorder, EventsPerSecond: cfg.Events.PerSecond, Metrics: reg, Fence: fenceOrNil(fence)})
+		if err != nil {
+			return fmt.Errorf("building the CertificateSigningRequest controller: %w", err)
+		}
+		if err := c.Start(ctx); err != nil {
+			return fmt.Errorf("starting the CertificateSigningRequest informers: %w", err)
+		}
+		st.csr.Store(c)
+		runs = append(runs, func(ctx context.Context) error {
+			if err := c.Run(ctx); err != nil {
+				return fmt.Errorf("running the CertificateSigningRequest controller: %w", err)
+			}
+			return nil
+		})
+	}
+	// lead issues until ctx ends. A controller that stops on its own is an
+	// error: the replica gives up the Lease and exits rather than hold it
+	// while issuing nothing.
 	lead := func(ctx context.Context) error {
-		runs := []func(context.Context) error{gens.Lead}
-		if len(signers) > 0 {
-			c, err := pcr.New(pcr.Options{
-				Client: client, Version: version, Signers: signers, Workers: cfg.Workers,
-				FailAfter: cfg.FailAfter.Duration, Metrics: metrics, Permissions: gate, Recorder: recorder,
-				EventPolicy: pcr.EventPolicy{Issued: cfg.Events.Issued, WarningsPerSecond: cfg.Events.PerSecond, NormalPerSecond: cfg.Events.PerSecond},
-			})
-			if err != nil {
-				return fmt.Errorf("building the PodCertificateRequest controller: %w", err)
-			}
-			st.controller.Store(c)
-			runs = append(runs, func(ctx context.Context) error {
-				if err := c.Run(ctx); err != nil {
-					return fmt.Errorf("running the PodCertificateRequest controller: %w", err)
-				}
-				return nil
-			})
-		}
-		if len(csrSigners) > 0 {
-			c, err := csr.New(csr.Options{Client: client, Signers: csrSigners, Workers: cfg.Workers,
-				Permissions: gate, Recorder: recorder, EventsPerSecond: cfg.Events.PerSecond, Metrics: reg})
-			if err != nil {
-				return fmt.Errorf("building the CertificateSigningRequest controller: %w", err)
-			}
-			st.csr.Store(c)
-			runs = append(runs, func(ctx context.Context) error {
-				if err := c.Run(ctx); err != nil {
-					return fmt.Errorf("running the CertificateSigningRequest controller: %w", err)
-				}
-				return nil
-			})
-		}
+		runs := append([]func(context.Context) error{gens.Lead}, runs...)
 		env := LeadEnv{RestConfig: restCfg, Client: client, Metrics: reg, SignerNames: names, Witness: gens.Witness,
 			NewRecorder: func(component string) record.EventRecorder {
 				return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
@@ -354,12 +389,26 @@ func Run(ctx context.Context, o Options) error {
 		return lead(ctx)
 	}
 	le := cfg.LeaderElection
-	return kubeclient.RunLeader(ctx, client, kubeclient.LeaderElection{
+	leaseClient, err := kubeclient.LeaseClient(restCfg, le.RetryPeriod.Duration)
+	if err != nil {
+		return err
+	}
+	return kubeclient.RunLeader(ctx, leaseClient, kubeclient.LeaderElection{
 		Namespace: le.Namespace, Name: le.LeaseName, Identity: o.Identity,
 		LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
 		OnLeading: func() { st.standby.Store(false); st.leading.Store(true) },
 		OnStandby: func() { st.standby.Store(true) },
+		Fence:     fence,
 	}, lead)
+}
+
+// fenceOrNil is fence as a pcr.Fence: nil (no fence) when there is none,
+// not an interface holding a nil pointer.
+func fenceOrNil(fence *kubeclient.Fence) pcr.Fence {
+	if fence == nil {
+		return nil
+	}
+	return fence
 }
 
 // countingSink counts failed Event write attempts (client-go retries a few

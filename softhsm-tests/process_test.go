@@ -79,6 +79,13 @@ func (p *signerProcess) Stop() {
 	_ = p.cmd.Wait()
 }
 
+// Pause stops the replica with SIGSTOP: alive, holding its connections,
+// doing nothing (a stand-in for a partition or a long stall).
+func (p *signerProcess) Pause() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused replica (SIGCONT).
+func (p *signerProcess) Resume() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
+
 // startSignerProcess runs the test binary as a signer replica with cfg.
 func startSignerProcess(t testing.TB, cfg *config.SignerConfiguration, identity string) *signerProcess {
 	t.Helper()
@@ -100,6 +107,7 @@ func startSignerProcess(t testing.TB, cfg *config.SignerConfiguration, identity 
 	}
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
+			p.Resume()
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 			_ = p.cmd.Wait()
 		}

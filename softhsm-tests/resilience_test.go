@@ -98,33 +98,38 @@ func TestBackendOutageDuringABurstLosesNothing(t *testing.T) {
 	}
 }
 
-// Two replicas run; the leader is stopped in the middle of a burst, either
-// gracefully (SIGTERM: it finishes the requests in flight and releases the
-// Lease) or killed outright (SIGKILL). The standby takes over and every
-// request is issued once. The CA key is held by the AWS KMS fake, which
-// records every digest it signed: each issued leaf's to-be-signed bytes
-// must have been signed exactly once, and after a graceful stop no other
-// signature exists. After SIGKILL, a request the dead leader had signed but
-// not yet written is signed again by the next one: at most one per worker.
+// Two replicas run with the default (short) Lease; the leader is stopped
+// in the middle of a burst, either gracefully (SIGTERM: it finishes the
+// requests in flight and releases the Lease) or killed outright (SIGKILL).
+// The standby, its caches warm, takes over and every request is issued
+// once. The CA key is held by the AWS KMS fake, which records every digest
+// it signed: each issued leaf's to-be-signed bytes must have been signed
+// exactly once, and after a graceful stop no other signature exists. After
+// SIGKILL, a request the dead leader had signed but not yet written is
+// signed again by the next one: at most one per worker.
+//
+// The third way is the partition's: the leader is paused (SIGSTOP) while
+// idle, the standby takes over and issues a second burst, and the old
+// leader is resumed. Its caches and queue then hold the second burst as
+// pending, and its elector has not yet noticed the loss; the fence
+// (kubeclient.Fence), shut since its last renewal, keeps it from signing
+// any of them: no wasted signature at all, and no "Signed" line from it
+// after the resume.
 func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 	// The replicas are child processes: startKMS puts the fake's
 	// credentials in the environment for them.
 	kms, opts := startKMS(t)
 
-	for _, tc := range []struct {
-		name     string
-		graceful bool
-	}{{"SIGTERM", true}, {"SIGKILL", false}} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, way := range []string{"SIGTERM", "SIGKILL", "SIGSTOP"} {
+		t.Run(way, func(t *testing.T) {
 			ctx := testContext(t)
 			suffix := uniqueName(t, "ha")
 			name := "keyward.dev/ha-" + suffix
 			keyURI, caFile, root := newCA(t, opts, kmsURI(kms), "ca-"+suffix)
 			cfg := baseConfig(t, signerConfig(t, name, config.ProfilePodIdentity, keyURI, caFile))
 			on := true
-			cfg.LeaderElection = config.LeaderElection{Enabled: &on, Namespace: signerNamespace, LeaseName: "ha-" + suffix,
-				LeaseDuration: metav1.Duration{Duration: 4 * time.Second}, RenewDeadline: metav1.Duration{Duration: 3 * time.Second},
-				RetryPeriod: metav1.Duration{Duration: 500 * time.Millisecond}}
+			cfg.LeaderElection = config.LeaderElection{Enabled: &on, Namespace: signerNamespace, LeaseName: "ha-" + suffix}
+			cfg.Default()
 
 			a := startSignerProcess(t, cfg, "replica-a")
 			leaderDeadline := time.Now().Add(30 * time.Second)
@@ -135,22 +140,37 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			b := startSignerProcess(t, cfg, "replica-b")
+			waitOutput(t, b, "Standing by")
 			w := podOnNode(t, ctx, uniqueName(t, "node"), name)
 			signedBefore := len(kms.SignRequests())
 
 			first := createBurst(t, w, name, 20)
-			if tc.graceful {
+			var resumedAt int
+			switch way {
+			case "SIGTERM":
 				a.Stop()
-			} else {
+			case "SIGKILL":
 				a.Kill()
+			case "SIGSTOP":
+				// Idle first: nothing in flight at the pause.
+				reconcileIssued(t, len(first), 60*time.Second, namespacesOf(w), a.Output)
+				a.Pause()
 			}
 			stopped := time.Now()
 			second := createBurst(t, w, name, 20)
+			if way == "SIGSTOP" {
+				reconcileIssued(t, len(first)+len(second), 60*time.Second, namespacesOf(w), a.Output, b.Output)
+				resumedAt = len(a.Output())
+				a.Resume()
+				// Long enough for its watch to deliver the second burst and
+				// for its elector to give up (renewDeadline).
+				time.Sleep(3 * time.Second)
+			}
 
 			// Both replicas' audit logs, the dead one's included; a killed
 			// leader may have written statuses it never logged.
 			unlogged := 0
-			if !tc.graceful {
+			if way == "SIGKILL" {
 				unlogged = cfg.Workers
 			}
 			pcrs := reconcileAfterKill(t, unlogged, len(first)+len(second), 60*time.Second, namespacesOf(w), a.Output, b.Output)
@@ -162,13 +182,22 @@ func TestLeaderStoppedMidBurstIssuesEachRequestOnce(t *testing.T) {
 				}
 			}
 			wasted := checkOneSignatureEach(t, kms.SignRequests()[signedBefore:], leaves)
-			t.Logf("%d issued, the last %s after the stop (lease duration 4s); %d KMS signatures for no issued certificate",
-				len(leaves), lastIssued.Sub(stopped).Round(time.Second), wasted)
-			if tc.graceful && wasted != 0 {
-				t.Errorf("%d KMS signatures for requests issued by another signature after a graceful stop, want 0", wasted)
+			t.Logf("%d issued, the last %s after the stop (lease %s); %d KMS signatures for no issued certificate",
+				len(leaves), lastIssued.Sub(stopped).Round(time.Second), cfg.LeaderElection.LeaseDuration.Duration, wasted)
+			switch way {
+			case "SIGTERM", "SIGSTOP":
+				if wasted != 0 {
+					t.Errorf("%d KMS signatures for requests issued by another signature after %s, want 0", wasted, way)
+				}
+			case "SIGKILL":
+				if wasted > cfg.Workers {
+					t.Errorf("%d KMS signatures wasted by the kill, want at most one per worker (%d)", wasted, cfg.Workers)
+				}
 			}
-			if !tc.graceful && wasted > cfg.Workers {
-				t.Errorf("%d KMS signatures wasted by the kill, want at most one per worker (%d)", wasted, cfg.Workers)
+			if way == "SIGSTOP" {
+				if after := parseSignedLog(a.Output()[resumedAt:]); len(after) > 0 {
+					t.Errorf("the paused leader signed %d requests after it was resumed, past its fence: %v", len(after), after)
+				}
 			}
 			if !strings.Contains(b.Output(), "Leading") {
 				t.Fatalf("replica-b never led:\n%s", b.Output())

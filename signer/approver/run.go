@@ -115,7 +115,11 @@ func Run(ctx context.Context, o RunOptions) error {
 		st.leading.Store(true)
 		return lead(ctx)
 	}
-	return kubeclient.RunLeader(ctx, client, kubeclient.LeaderElection{
+	leaseClient, err := kubeclient.LeaseClient(restCfg, le.RetryPeriod.Duration)
+	if err != nil {
+		return err
+	}
+	return kubeclient.RunLeader(ctx, leaseClient, kubeclient.LeaderElection{
 		Namespace: le.Namespace, Name: o.LeaseName, Identity: o.Identity,
 		LeaseDuration: le.LeaseDuration.Duration, RenewDeadline: le.RenewDeadline.Duration, RetryPeriod: le.RetryPeriod.Duration,
 		OnLeading: func() { st.standby.Store(false); st.leading.Store(true) },

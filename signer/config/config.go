@@ -183,6 +183,13 @@ type Events struct {
 // DefaultEventsPerSecond is Events.PerSecond's default.
 const DefaultEventsPerSecond = 10
 
+// The signer's leader election defaults.
+const (
+	DefaultLeaseDuration = time.Second
+	DefaultRenewDeadline = 750 * time.Millisecond
+	DefaultRetryPeriod   = 200 * time.Millisecond
+)
+
 // LeaderElection configures the Lease that makes one replica active.
 type LeaderElection struct {
 	// Enabled turns leader election on (default true); off, every replica
@@ -193,14 +200,17 @@ type LeaderElection struct {
 	// LeaseName is the Lease's name (default keyward-signer; the token
 	// service's keyward-token-service).
 	LeaseName string `json:"leaseName,omitempty"`
-	// LeaseDuration is how long a lease is valid without renewal (default
-	// 15s).
+	// LeaseDuration is how long a lease is valid without renewal: a
+	// standby takes over this long after the leader's last renewal
+	// (default 1s for the signer, 15s for the token service).
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
 	// RenewDeadline is how long the leader retries renewing before it gives
-	// up leading (default 10s).
+	// up leading; the signer signs nothing later than this after its last
+	// successful renewal was sent (default 750ms for the signer, 10s for
+	// the token service).
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
 	// RetryPeriod is the wait between attempts to acquire or renew (default
-	// 2s).
+	// 200ms for the signer, 2s for the token service).
 	RetryPeriod metav1.Duration `json:"retryPeriod,omitempty"`
 }
 
@@ -447,14 +457,17 @@ func (c *SignerConfiguration) Default() {
 	if le.LeaseName == "" {
 		le.LeaseName = "keyward-signer"
 	}
+	// A short Lease: failover in about a second after a leader dies
+	// (docs/signer.md, "High availability"). The fence (kubeclient.Fence)
+	// keeps a leader that cannot renew from signing past renewDeadline.
 	if le.LeaseDuration.Duration == 0 {
-		le.LeaseDuration.Duration = 15 * time.Second
+		le.LeaseDuration.Duration = DefaultLeaseDuration
 	}
 	if le.RenewDeadline.Duration == 0 {
-		le.RenewDeadline.Duration = 10 * time.Second
+		le.RenewDeadline.Duration = DefaultRenewDeadline
 	}
 	if le.RetryPeriod.Duration == 0 {
-		le.RetryPeriod.Duration = 2 * time.Second
+		le.RetryPeriod.Duration = DefaultRetryPeriod
 	}
 	for i := range c.Signers {
 		s := &c.Signers[i]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/internal/workers"
+	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
@@ -70,7 +71,13 @@ type Options struct {
 	// Metrics, if set, gets keyward_csr_outcomes_total.
 	Metrics prometheus.Registerer
 	Clock   clock.Clock
+	// Fence, if set, bounds every signature and status write to the time
+	// this replica is sure to hold the Lease (kubeclient.Fence).
+	Fence pcr.Fence
 }
+
+// fenceWait is how soon a CSR is looked at again while the fence is shut.
+const fenceWait = 100 * time.Millisecond
 
 type queueKey struct{ signer, name string }
 
@@ -83,7 +90,12 @@ type Controller struct {
 	outcomes *prometheus.CounterVec
 	events   *rate.Limiter
 
-	synced  atomic.Bool
+	synced atomic.Bool
+	// start starts the informers once; warm says before Run (a standby's).
+	start    sync.Once
+	startErr error
+	warm     atomic.Bool
+
 	mu      sync.Mutex
 	records map[types.UID]*reqRecord
 	// elsewhere holds the signer names for which a certificate by another
@@ -94,6 +106,7 @@ type Controller struct {
 type signerState struct {
 	*Signer
 	informer cache.SharedIndexInformer
+	catchUp  workers.CatchUp
 }
 
 // reqRecord is what the controller remembers of one CSR (by UID): the
@@ -182,31 +195,86 @@ func (c *Controller) newInformer(name string) cache.SharedIndexInformer {
 	return cache.NewSharedIndexInformer(lw, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
 }
 
-// Run starts the informers and workers and blocks until ctx ends.
+// Warm reports whether Start has run and every informer has synced: a
+// standby that could take over without a LIST (for /readyz).
+func (c *Controller) Warm() bool {
+	if !c.warm.Load() {
+		return false
+	}
+	for _, s := range c.signers {
+		if !s.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Start starts the informers (once) on ctx, which should last as long as
+// the process: a standby keeps its caches warm. It returns at once.
+func (c *Controller) Start(ctx context.Context) error {
+	c.start.Do(func() {
+		for name, s := range c.signers {
+			s.informer = c.newInformer(name)
+			signer := name
+			if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { c.enqueue(signer, obj) },
+				UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
+				DeleteFunc: func(obj any) { c.forget(obj) },
+			}); err != nil {
+				c.startErr = err
+				return
+			}
+			go s.informer.Run(ctx.Done())
+		}
+		c.warm.Store(true)
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Warm() }) {
+				klog.FromContext(ctx).Info("CSR caches warm", "signers", len(c.signers))
+			}
+		}()
+	})
+	return c.startErr
+}
+
+// Run starts the informers unless Start did, and the workers, and blocks
+// until ctx ends. Informers started before Run (a standby's) are marked
+// (workers.CatchUp): until each has caught up, a CSR is read from the
+// apiserver before it is signed.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
+	warm := c.warm.Load()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
 	var syncs []cache.InformerSynced
-	for name, s := range c.signers {
-		s.informer = c.newInformer(name)
-		signer := name
-		if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.enqueue(signer, obj) },
-			UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
-			DeleteFunc: func(obj any) { c.forget(obj) },
-		}); err != nil {
-			return err
-		}
-		go s.informer.Run(ctx.Done())
+	for _, s := range c.signers {
 		syncs = append(syncs, s.informer.HasSynced)
 	}
-	logger.Info("Waiting for CSR caches", "signers", len(c.signers))
+	logger.Info("Waiting for CSR caches", "signers", len(c.signers), "warm", warm)
 	workers.RunSynced(ctx, syncs, func() {
+		if warm {
+			for name, s := range c.signers {
+				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) { return c.currentRV(ctx, name) }); err != nil {
+					logger.Error(err, "Reading the current resourceVersion; every CSR is read again before it is signed", "signer", name)
+				}
+			}
+		}
 		c.synced.Store(true)
 		logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
 	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
+}
+
+// currentRV is the resourceVersion of a quorum read of name's CSRs.
+func (c *Controller) currentRV(ctx context.Context, name string) (string, error) {
+	l, err := c.opts.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
+		Limit: 1, FieldSelector: fields.OneTermEqualSelector("spec.signerName", name).String()})
+	if err != nil {
+		return "", err
+	}
+	return l.ResourceVersion, nil
 }
 
 func (c *Controller) enqueue(signer string, obj any) {
@@ -327,6 +395,16 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	if err := c.opts.Permissions.Blocked(s.Policy.Name); err != nil {
 		return permissionWait, nil
 	}
+	if c.opts.Fence != nil {
+		// Nothing is signed or written once a standby may have taken the
+		// Lease: every call below ends at the fence.
+		fctx, cancelFence, err := c.opts.Fence.Bound(ctx)
+		if err != nil {
+			return fenceWait, nil
+		}
+		defer cancelFence()
+		ctx = fctx
+	}
 	if cert == nil {
 		req, err := ParseRequest(csr.Spec.Request)
 		if err != nil {
@@ -342,12 +420,28 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if err := stop.Err(); err != nil {
 			return 0, err
 		}
+		if !s.catchUp.Fresh(s.informer) {
+			// Just took over: one quorum read says whether the previous
+			// leader signed it already.
+			fresh, err := c.opts.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return 0, nil
+			case err != nil:
+				return 0, err
+			case fresh.UID != csr.UID || !pending(fresh):
+				return 0, nil
+			}
+		}
 		auth, gen, err := s.Issuer.Current()
 		if err != nil {
 			// No generation may issue (the Issuer logs why, once).
 			return unavailableWait, nil
 		}
 		cert, err = c.issue(ctx, s, csr, req, auth, gen)
+		if err != nil && errors.Is(context.Cause(ctx), kubeclient.ErrFenced) {
+			return fenceWait, nil
+		}
 		if err != nil {
 			if pcr.Classify(err) == pcr.Transient {
 				return 0, err

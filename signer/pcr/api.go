@@ -87,6 +87,9 @@ type versionAPI interface {
 	// keeps no certificate of a terminal request): its decoded form and
 	// status.certificateChain.
 	stored(ctx context.Context, namespace, name string) (*request, string, error)
+	// currentRV is the resourceVersion of a quorum read of signerName's
+	// requests (workers.CatchUp).
+	currentRV(ctx context.Context, signerName string) (string, error)
 }
 
 func newVersionAPI(client kubernetes.Interface, version string) (versionAPI, error) {
@@ -283,6 +286,16 @@ func (a v1API) stored(ctx context.Context, namespace, name string) (*request, st
 	return decodeV1(p), p.Status.CertificateChain, nil
 }
 
+func (a v1API) currentRV(ctx context.Context, signerName string) (string, error) {
+	o := metav1.ListOptions{Limit: 1}
+	signerSelector(signerName)(&o)
+	l, err := a.client.CertificatesV1().PodCertificateRequests(metav1.NamespaceAll).List(ctx, o)
+	if err != nil {
+		return "", err
+	}
+	return l.ResourceVersion, nil
+}
+
 // v1beta1API reads requests through certificates.k8s.io/v1beta1, which shows
 // both key forms: stubPKCS10Request and the older pkixPublicKey +
 // proofOfPossession that kubelets before 1.37 create.
@@ -376,4 +389,14 @@ func (a v1beta1API) stored(ctx context.Context, namespace, name string) (*reques
 		return nil, "", err
 	}
 	return decodeV1beta1(p), p.Status.CertificateChain, nil
+}
+
+func (a v1beta1API) currentRV(ctx context.Context, signerName string) (string, error) {
+	o := metav1.ListOptions{Limit: 1}
+	signerSelector(signerName)(&o)
+	l, err := a.client.CertificatesV1beta1().PodCertificateRequests(metav1.NamespaceAll).List(ctx, o)
+	if err != nil {
+		return "", err
+	}
+	return l.ResourceVersion, nil
 }

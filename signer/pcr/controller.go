@@ -28,6 +28,7 @@ import (
 
 	"github.com/keyward/keyward/internal/kubemsg"
 	"github.com/keyward/keyward/internal/workers"
+	"github.com/keyward/keyward/kubeclient"
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/issuer"
@@ -143,7 +144,21 @@ type Options struct {
 	Recorder    record.EventRecorder
 	EventPolicy EventPolicy
 	Clock       clock.Clock
+	// Fence, if set, bounds every signature and status write to the time
+	// this replica is sure to hold the Lease (kubeclient.Fence); nil when
+	// there is no leader election.
+	Fence Fence
 }
+
+// Fence is what the controller needs of kubeclient.Fence.
+type Fence interface {
+	Bound(ctx context.Context) (context.Context, context.CancelFunc, error)
+}
+
+// fenceWait is how soon a request is looked at again when the fence is
+// shut (the Lease not renewed in time): the next renewal reopens it, or
+// leadership is lost and the process exits.
+const fenceWait = 100 * time.Millisecond
 
 type queueKey struct {
 	signer          string
@@ -160,12 +175,19 @@ type Controller struct {
 	events  *eventLog
 
 	synced atomic.Bool
+	// start starts the informers once, standing by or leading; warm says
+	// they were started before Run (a standby's), whose caches must catch
+	// up with the previous leader's writes.
+	start    sync.Once
+	startErr error
+	warm     atomic.Bool
 }
 
 type signerState struct {
 	*Signer
 	informer cache.SharedIndexInformer
 	limits   *limiters
+	catchUp  workers.CatchUp
 
 	mu sync.Mutex
 	// outageSince is the first failed signature of the CA key's current
@@ -300,29 +322,74 @@ func (c *Controller) HasSynced() bool {
 	return c.synced.Load()
 }
 
-// Run starts the informers and workers and blocks until ctx ends. A ctx
-// that ends before the caches synced is a normal shutdown, not an error.
+// Warm reports whether Start has run and every informer has synced: a
+// standby that could take over without a LIST (for /readyz).
+func (c *Controller) Warm() bool {
+	if !c.warm.Load() {
+		return false
+	}
+	for _, s := range c.signers {
+		if !s.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Start starts the informers (once) on ctx, which should last as long as
+// the process: a standby keeps its caches warm, so that taking over needs
+// no LIST. It returns at once.
+func (c *Controller) Start(ctx context.Context) error {
+	c.start.Do(func() {
+		for name, s := range c.signers {
+			s.informer = c.api.newInformer(name)
+			signer := name
+			if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { c.enqueue(signer, obj) },
+				UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
+				DeleteFunc: func(obj any) { c.forget(obj) },
+			}); err != nil {
+				c.startErr = err
+				return
+			}
+			go s.informer.Run(ctx.Done())
+		}
+		c.warm.Store(true)
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Warm() }) {
+				klog.FromContext(ctx).Info("Caches warm", "signers", len(c.signers))
+			}
+		}()
+	})
+	return c.startErr
+}
+
+// Run starts the informers unless Start did, and the workers, and blocks
+// until ctx ends. A ctx that ends before the caches synced is a normal
+// shutdown, not an error. Informers started by Start before Run (a
+// standby's) are marked: until each has caught up with what was written
+// before now, a request is read from the apiserver before it is signed.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-
+	warm := c.warm.Load()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
 	var syncs []cache.InformerSynced
-	for name, s := range c.signers {
-		s.informer = c.api.newInformer(name)
-		signer := name
-		if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.enqueue(signer, obj) },
-			UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
-			DeleteFunc: func(obj any) { c.forget(obj) },
-		}); err != nil {
-			return err
-		}
-		go s.informer.Run(ctx.Done())
+	for _, s := range c.signers {
 		syncs = append(syncs, s.informer.HasSynced)
 	}
-	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version())
+	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version(), "warm", warm)
 	workers.RunSynced(ctx, syncs, func() {
+		if warm {
+			for name, s := range c.signers {
+				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) { return c.api.currentRV(ctx, name) }); err != nil {
+					logger.Error(err, "Reading the current resourceVersion; every request is read again before it is signed", "signer", name)
+				}
+			}
+		}
 		c.synced.Store(true)
 		logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
 	}, c.opts.Workers, c.queue, c.processNext)
@@ -423,6 +490,16 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		// yet. Nothing more to do, and nothing to sign.
 		return 0, nil
 	}
+	if c.opts.Fence != nil {
+		// Nothing is signed or written once a standby may have taken the
+		// Lease: every call below ends at the fence.
+		fctx, cancelFence, err := c.opts.Fence.Bound(ctx)
+		if err != nil {
+			return fenceWait, nil
+		}
+		defer cancelFence()
+		ctx = fctx
+	}
 	if d := rec.decided; d != nil {
 		// A Denied or Failed status decided earlier and refused: only it
 		// is written again.
@@ -460,6 +537,21 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if err := stop.Err(); err != nil {
 			return 0, err
 		}
+		if !s.catchUp.Fresh(s.informer) {
+			// Just took over, and the cache may not show yet what the
+			// previous leader wrote: one quorum read says whether the
+			// request is still to be signed.
+			stored, _, err := c.api.stored(ctx, r.namespace, r.name)
+			switch {
+			case apierrors.IsNotFound(err):
+				return 0, nil
+			case err != nil:
+				return 0, err
+			case stored.uid != r.uid || stored.terminal:
+				// Decided already; the informer's event drops the record.
+				return 0, nil
+			}
+		}
 		auth, gen, err := s.Issuer.Current()
 		if err != nil {
 			// No generation may issue (the Issuer logs why, once): the
@@ -468,6 +560,10 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 			return unavailableWait, nil
 		}
 		cert, err = c.issue(ctx, s, r, auth, gen)
+		if err != nil && errors.Is(context.Cause(ctx), kubeclient.ErrFenced) {
+			// Cut off at the fence: not the CA key's failure.
+			return fenceWait, nil
+		}
 		if errors.Is(err, issuer.ErrUnavailable) {
 			// The reservation was not recorded: nothing was signed.
 			c.delayed(r, EventSigningDelayed, "will retry: %v", err)

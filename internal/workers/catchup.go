@@ -1,0 +1,59 @@
+package workers
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"sync/atomic"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// CatchUp tells whether an informer that was running before this replica
+// became the leader has shown every write made before that moment: those
+// of the previous leader in particular. Until it has, a request its cache
+// shows pending may already be signed, and must be read from the
+// apiserver before it is signed.
+//
+// The mark is the resourceVersion of a quorum read made once leading; the
+// informer has caught up once its last resourceVersion (from a watch event
+// or bookmark) is at or past it. Resource versions are compared as the
+// etcd revisions kube-apiserver serves; one that is not a number keeps
+// the informer "behind" for good, which only costs a read per signature.
+// The zero CatchUp (never Marked) is caught up: an informer started once
+// leading lists with a quorum read.
+type CatchUp struct {
+	mark   atomic.Uint64
+	marked atomic.Bool
+	done   atomic.Bool
+}
+
+// Mark reads the current resourceVersion with rv (a quorum LIST with
+// limit 1). On an error the informer stays behind for good.
+func (c *CatchUp) Mark(ctx context.Context, rv func(context.Context) (string, error)) error {
+	c.mark.Store(math.MaxUint64)
+	c.marked.Store(true)
+	v, err := rv(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return err
+	}
+	c.mark.Store(n)
+	return nil
+}
+
+// Fresh reports whether inf has caught up with the mark.
+func (c *CatchUp) Fresh(inf cache.SharedIndexInformer) bool {
+	if !c.marked.Load() || c.done.Load() {
+		return true
+	}
+	n, err := strconv.ParseUint(inf.LastSyncResourceVersion(), 10, 64)
+	if err != nil || n < c.mark.Load() {
+		return false
+	}
+	c.done.Store(true)
+	return true
+}

@@ -1,0 +1,139 @@
+package kubeclient
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// ErrFenced is returned by Fence.Bound when this replica may not act as the
+// leader now: it does not hold the Lease, or it has not renewed it recently
+// enough to be sure that no standby has taken it.
+var ErrFenced = errors.New("not leading: the Lease is not held or not renewed in time")
+
+// Fence says until when this replica may still act as the leader, from
+// what it knows of its own Lease writes and nothing else.
+//
+// A standby takes the Lease only after it has seen the same record for
+// leaseDuration, by its own clock, and it sees a record only after the
+// leader sent it. So a write the leader sent at t, once it succeeded,
+// keeps every standby out until at least t + leaseDuration. The fence is
+// t + renewDeadline for the last such write: the leader stops starting
+// (and cuts off) signatures a margin of leaseDuration − renewDeadline
+// before the earliest instant a standby could start its own, a margin that
+// absorbs a difference in clock rates and a request still on the wire.
+// Times are Go's monotonic clock readings: a step of the wall clock moves
+// nothing.
+//
+// The zero Fence is closed; a nil *Fence is always open (no leader
+// election: the only replica is always the leader).
+type Fence struct {
+	mu    sync.Mutex
+	until time.Time
+	// leading is set while the Lease is held; a write sent while this
+	// replica held the Lease but answered after it lost it opens nothing.
+	leading bool
+	now     func() time.Time
+}
+
+// NewFence returns a closed fence.
+func NewFence() *Fence { return &Fence{now: time.Now} }
+
+// Until is the instant up to which this replica may sign as the leader;
+// the zero time when it may not (it does not lead). Always in the future
+// for a nil Fence.
+func (f *Fence) Until() time.Time {
+	if f == nil {
+		return time.Now().Add(24 * time.Hour)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.leading {
+		return time.Time{}
+	}
+	return f.until
+}
+
+// Open reports whether the fence lets this replica act now.
+func (f *Fence) Open() bool {
+	if f == nil {
+		return true
+	}
+	return f.clock().Before(f.Until())
+}
+
+// Bound returns ctx cut off at the fence as it stands now, or ErrFenced
+// when it is closed. An operation begun under it (a signature, a status
+// write) ends before any standby may have taken the Lease; a renewal
+// meanwhile does not extend it, which only makes it safer. A nil Fence
+// returns ctx itself.
+func (f *Fence) Bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if f == nil {
+		return ctx, func() {}, nil
+	}
+	until := f.Until()
+	if !f.clock().Before(until) {
+		return ctx, func() {}, ErrFenced
+	}
+	bctx, cancel := context.WithDeadlineCause(ctx, until, ErrFenced)
+	return bctx, cancel, nil
+}
+
+func (f *Fence) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
+}
+
+// renewed records a Lease write sent at sent, which succeeded with this
+// replica as the holder.
+func (f *Fence) renewed(sent time.Time, renewDeadline time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading = true
+	if u := sent.Add(renewDeadline); u.After(f.until) {
+		f.until = u
+	}
+}
+
+// close shuts the fence for good: the Lease is lost or released.
+func (f *Fence) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading = false
+	f.until = time.Time{}
+}
+
+// fencedLock is the Lease lock with every successful write of this
+// replica's holdership recorded in a Fence.
+type fencedLock struct {
+	resourcelock.Interface
+	fence         *Fence
+	renewDeadline time.Duration
+}
+
+func (l *fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ler, func() error { return l.Interface.Create(ctx, ler) })
+}
+
+func (l *fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ler, func() error { return l.Interface.Update(ctx, ler) })
+}
+
+func (l *fencedLock) write(ler resourcelock.LeaderElectionRecord, do func() error) error {
+	if ler.HolderIdentity != l.Identity() {
+		// A release (the holder emptied): nothing may be signed from here.
+		l.fence.close()
+		return do()
+	}
+	sent := l.fence.clock()
+	err := do()
+	if err == nil {
+		l.fence.renewed(sent, l.renewDeadline)
+	}
+	return err
+}
