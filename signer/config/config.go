@@ -185,8 +185,8 @@ const DefaultEventsPerSecond = 10
 
 // The signer's leader election defaults.
 const (
-	DefaultLeaseDuration = time.Second
-	DefaultRenewDeadline = 750 * time.Millisecond
+	DefaultLeaseDuration = 1500 * time.Millisecond
+	DefaultRenewDeadline = time.Second
 	DefaultRetryPeriod   = 200 * time.Millisecond
 )
 
@@ -202,11 +202,11 @@ type LeaderElection struct {
 	LeaseName string `json:"leaseName,omitempty"`
 	// LeaseDuration is how long a lease is valid without renewal: a
 	// standby takes over this long after the leader's last renewal
-	// (default 1s for the signer, 15s for the token service).
+	// (default 1.5s for the signer, 15s for the token service).
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
 	// RenewDeadline is how long the leader retries renewing before it gives
 	// up leading; the signer signs nothing later than this after its last
-	// successful renewal was sent (default 750ms for the signer, 10s for
+	// successful renewal was sent (default 1s for the signer, 10s for
 	// the token service).
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
 	// RetryPeriod is the wait between attempts to acquire or renew (default
