@@ -5,8 +5,6 @@ import (
 	"math"
 	"strconv"
 	"sync/atomic"
-
-	"k8s.io/client-go/tools/cache"
 )
 
 // CatchUp tells whether an informer that was running before this replica
@@ -45,8 +43,12 @@ func (c *CatchUp) Mark(ctx context.Context, rv func(context.Context) (string, er
 	return nil
 }
 
+// Versioned is what Fresh needs of an informer
+// (cache.SharedIndexInformer has it).
+type Versioned interface{ LastSyncResourceVersion() string }
+
 // Fresh reports whether inf has caught up with the mark.
-func (c *CatchUp) Fresh(inf cache.SharedIndexInformer) bool {
+func (c *CatchUp) Fresh(inf Versioned) bool {
 	if !c.marked.Load() || c.done.Load() {
 		return true
 	}

@@ -244,7 +244,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
-	warm := c.warm.Load()
+	// Only a standby's caches can trail a previous leader's writes; with
+	// no leader election (no Fence) there was none.
+	warm := c.warm.Load() && c.opts.Fence != nil
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
