@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,8 @@ import (
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
 	"github.com/keyward/keyward/signer/generations"
+	"github.com/keyward/keyward/signer/intermediate"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/pcr"
 	"github.com/keyward/keyward/signer/profile"
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,11 +215,15 @@ func Run(ctx context.Context, o Options) error {
 	// Closes every key once no signature can use it any more (the
 	// controller has returned).
 	defer func() { stopGens(); gensDone.Wait() }()
-	signers, err := buildSigners(cfg, gens.Manager)
+	replica := o.Identity
+	if replica == "" {
+		replica, _ = os.Hostname()
+	}
+	signers, err := buildSigners(cfg, gens.Manager, replica, logger)
 	if err != nil {
 		return err
 	}
-	csrSigners, err := buildCSRSigners(cfg, gens.Manager)
+	csrSigners, err := buildCSRSigners(cfg, gens.Manager, replica, logger)
 	if err != nil {
 		return err
 	}
@@ -468,7 +475,7 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 // buildCSRSigners builds the policy of each signer name with a CSR
 // profile; it issues through the same Issuer a PodCertificateRequest
 // signer name would.
-func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*csr.Signer, error) {
+func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager, replica string, logger klog.Logger) ([]*csr.Signer, error) {
 	var out []*csr.Signer
 	for _, sc := range cfg.Signers {
 		if !config.IsCSRProfile(sc.Profile) {
@@ -478,14 +485,18 @@ func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &csr.Signer{Policy: p, Issuer: gens.Issuer(sc.Name)})
+		iss, err := issuerFor(sc, gens, replica, logger)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &csr.Signer{Policy: p, Issuer: iss})
 	}
 	return out, nil
 }
 
 // buildSigners builds the policy of each signer name with a
 // PodCertificateRequest profile; its CA comes from gens.
-func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*pcr.Signer, error) {
+func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager, replica string, logger klog.Logger) ([]*pcr.Signer, error) {
 	var out []*pcr.Signer
 	for _, sc := range cfg.Signers {
 		if config.IsCSRProfile(sc.Profile) {
@@ -495,8 +506,12 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([
 		if err != nil {
 			return nil, err
 		}
+		iss, err := issuerFor(sc, gens, replica, logger)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, &pcr.Signer{
-			Name: sc.Name, Issuer: gens.Issuer(sc.Name), Profile: prof,
+			Name: sc.Name, Issuer: iss, Profile: prof,
 			AllowedKeyTypes: sc.AllowedKeyTypes, MaxLifetime: sc.MaxLifetime.Duration,
 			RefreshPoint: *sc.RefreshPoint, Backdate: sc.Backdate.Duration,
 			Annotations: sc.UnverifiedUserAnnotations,
@@ -505,6 +520,27 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([
 		})
 	}
 	return out, nil
+}
+
+// issuerFor is the Issuer of signer name sc: its CA generations', or,
+// with signers[].intermediate enabled, an in-memory intermediate of this
+// replica under them.
+func issuerFor(sc config.Signer, gens *generations.Manager, replica string, logger klog.Logger) (issuer.Issuer, error) {
+	in := sc.Intermediate
+	if in == nil || !in.Enabled {
+		return gens.Issuer(sc.Name), nil
+	}
+	iss, err := intermediate.New(gens.Issuer(sc.Name), intermediate.Options{
+		SignerName: sc.Name, Replica: replica,
+		Validity: in.Validity.Duration, RenewBefore: in.RenewBefore.Duration, MaxLifetime: sc.MaxLifetime.Duration,
+		Backdate: sc.Backdate.Duration, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("Leaves are signed by an in-memory intermediate CA", "signer", sc.Name, "replica", replica,
+		"validity", in.Validity.Duration, "renewBefore", in.RenewBefore.Duration)
+	return iss, nil
 }
 
 // serve starts the metrics and health listeners.
