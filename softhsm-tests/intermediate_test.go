@@ -1,6 +1,7 @@
 package softhsmtests
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
@@ -12,12 +13,16 @@ import (
 	"time"
 
 	"github.com/keyward/keyward/backends/all"
+	kwv1alpha1 "github.com/keyward/keyward/kubeclient/authority/v1alpha1"
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/intermediate"
 	"github.com/keyward/keyward/signer/pcr"
 	"github.com/keyward/keyward/testsupport/awskmsfake"
+	"github.com/keyward/keyward/testsupport/controlplane"
 	"github.com/keyward/keyward/testsupport/faults"
 	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // startIntermediateRun is startKMSRun with signers[].intermediate on: a
@@ -181,4 +186,141 @@ func checkIntermediateChains(t *testing.T, pcrs []*certv1.PodCertificateRequest,
 		t.Fatal("no PCR")
 	}
 	return inter
+}
+
+// When the Active generation moves (trust activate, then the trust
+// publisher's record), the next leaf is signed by a new intermediate under
+// the new generation's key: its chain verifies with the new root alone,
+// the old intermediate signs nothing more, each generation's key signed
+// exactly one certificate (its intermediate), and each generation's
+// lastIssuedNotAfter covers every leaf chained through its intermediate.
+func TestIntermediateModeFollowsActivation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	kms, opts := startKMS(t)
+	suffix := uniqueName(t, "act")
+	name := "keyward.dev/inter-act-" + suffix
+	type kmsCA struct {
+		uri, pem string
+		root     *x509.Certificate
+	}
+	newKMSCA := func(label string) kmsCA {
+		uri, file, root := newCAPathLen(t, opts, kmsURI(kms), label, 1)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kmsCA{uri: uri, pem: string(b), root: root}
+	}
+	oldCA, newCA := newKMSCA("old-"+suffix), newKMSCA("new-"+suffix)
+	ac := authorities(t)
+	obj := authorityName(name)
+	if _, err := ac.Create(ctx, &kwv1alpha1.Authority{
+		ObjectMeta: metav1.ObjectMeta{Name: obj},
+		Spec: kwv1alpha1.AuthoritySpec{SignerName: name, Generations: []kwv1alpha1.Generation{
+			{Name: "old", KeyURI: oldCA.uri, CertificatePEM: oldCA.pem, Phase: kwv1alpha1.PhaseActive},
+			{Name: "new", KeyURI: newCA.uri, CertificatePEM: newCA.pem, Phase: kwv1alpha1.PhasePromoted},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.SetObservedPhases(ctx, ac, cp.AdminClient(), obj, map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhaseActive, "new": kwv1alpha1.PhasePromoted}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(kms.SignRequests())
+	runSignerWith(t, baseConfig(t, config.Signer{Name: name, Profile: config.ProfilePodIdentity, Intermediate: &config.Intermediate{Enabled: true}}),
+		"replica-act", pcr.V1, opts)
+	w := podOnNode(t, ctx, uniqueName(t, "node"), name)
+	// issue returns the PCR's leaf and intermediate, checked against root.
+	issue := func() (leaf, inter *x509.Certificate) {
+		p, _ := createPCR(t, ctx, w, name, pcrOptions{})
+		got := waitTerminal(t, ctx, p, 30*time.Second)
+		if c := condition(got); c.Type != "Issued" {
+			t.Fatalf("%s/%s: %s", c.Type, c.Reason, c.Message)
+		}
+		certs := pemCerts(t, got.Status.CertificateChain)
+		if len(certs) < 2 || !certs[1].IsCA {
+			t.Fatalf("chain of %d certificates, want leaf then intermediate", len(certs))
+		}
+		return certs[0], certs[1]
+	}
+	verifies := func(leaf, inter, root *x509.Certificate) bool {
+		roots, inters := x509.NewCertPool(), x509.NewCertPool()
+		roots.AddCert(root)
+		inters.AddCert(inter)
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		return err == nil
+	}
+	latest := map[string]time.Time{}
+	var oldInter *x509.Certificate
+	for range 3 {
+		leaf, inter := issue()
+		if !verifies(leaf, inter, oldCA.root) {
+			t.Fatal("before activation, a chain does not verify with the old root")
+		}
+		if oldInter != nil && !inter.Equal(oldInter) {
+			t.Fatal("two intermediates before activation")
+		}
+		oldInter, latest["old"] = inter, leaf.NotAfter
+	}
+
+	a, err := ac.Get(ctx, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Spec.Generations[0].Phase, a.Spec.Generations[1].Phase = kwv1alpha1.PhasePromoted, kwv1alpha1.PhaseActive
+	if _, err := ac.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.SetObservedPhases(ctx, ac, cp.AdminClient(), obj, map[string]kwv1alpha1.Phase{"old": kwv1alpha1.PhasePromoted, "new": kwv1alpha1.PhaseActive}); err != nil {
+		t.Fatal(err)
+	}
+	var newInter *x509.Certificate
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		leaf, inter := issue()
+		if inter.Equal(oldInter) {
+			if leaf.NotAfter.After(latest["old"]) {
+				latest["old"] = leaf.NotAfter
+			}
+			return false, nil
+		}
+		newInter, latest["new"] = inter, leaf.NotAfter
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no new intermediate after activation: %v", err)
+	}
+	if err := newInter.CheckSignatureFrom(newCA.root); err != nil {
+		t.Fatalf("the intermediate after activation is not signed by the new generation: %v", err)
+	}
+	for range 5 {
+		leaf, inter := issue()
+		if !inter.Equal(newInter) {
+			t.Fatal("after the switch, a leaf under another intermediate")
+		}
+		if !verifies(leaf, inter, newCA.root) || verifies(leaf, inter, oldCA.root) {
+			t.Fatal("after the switch, a chain does not verify with the new root alone")
+		}
+		latest["new"] = leaf.NotAfter
+	}
+	want := map[string]string{}
+	for _, in := range []*x509.Certificate{oldInter, newInter} {
+		d := sha256.Sum256(in.RawTBSCertificate)
+		want[string(d[:])] = in.Issuer.CommonName
+	}
+	signed := kmsSignatures(kms.SignRequests()[before:])
+	if len(signed) != 2 {
+		t.Errorf("the KMS signed %d times, want 2 (one intermediate per generation)", len(signed))
+	}
+	for _, s := range signed {
+		if want[string(s.Message)] == "" {
+			t.Error("a KMS signature that is neither intermediate's")
+		}
+	}
+	for gen, na := range latest {
+		g := generationStatus(t, ctx, obj, gen, func(g kwv1alpha1.GenerationStatus) bool {
+			return g.LastIssuedNotAfter != nil && !g.LastIssuedNotAfter.Time.Before(na)
+		})
+		t.Logf("generation %s: latest leaf ends %s, lastIssuedNotAfter %s", gen, na.UTC().Format(time.RFC3339), g.LastIssuedNotAfter.UTC().Format(time.RFC3339))
+	}
 }
