@@ -8,6 +8,7 @@ package signer
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -219,11 +220,12 @@ func Run(ctx context.Context, o Options) error {
 	if replica == "" {
 		replica, _ = os.Hostname()
 	}
-	signers, err := buildSigners(cfg, gens.Manager, replica, logger)
+	issuers := issuerEnv{replica: replica, logger: logger, metrics: metrics}
+	signers, err := buildSigners(cfg, gens.Manager, issuers)
 	if err != nil {
 		return err
 	}
-	csrSigners, err := buildCSRSigners(cfg, gens.Manager, replica, logger)
+	csrSigners, err := buildCSRSigners(cfg, gens.Manager, issuers)
 	if err != nil {
 		return err
 	}
@@ -475,7 +477,7 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 // buildCSRSigners builds the policy of each signer name with a CSR
 // profile; it issues through the same Issuer a PodCertificateRequest
 // signer name would.
-func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager, replica string, logger klog.Logger) ([]*csr.Signer, error) {
+func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager, env issuerEnv) ([]*csr.Signer, error) {
 	var out []*csr.Signer
 	for _, sc := range cfg.Signers {
 		if !config.IsCSRProfile(sc.Profile) {
@@ -485,7 +487,7 @@ func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager,
 		if err != nil {
 			return nil, err
 		}
-		iss, err := issuerFor(sc, gens, replica, logger)
+		iss, err := env.issuerFor(sc, gens)
 		if err != nil {
 			return nil, err
 		}
@@ -496,7 +498,7 @@ func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager,
 
 // buildSigners builds the policy of each signer name with a
 // PodCertificateRequest profile; its CA comes from gens.
-func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager, replica string, logger klog.Logger) ([]*pcr.Signer, error) {
+func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager, env issuerEnv) ([]*pcr.Signer, error) {
 	var out []*pcr.Signer
 	for _, sc := range cfg.Signers {
 		if config.IsCSRProfile(sc.Profile) {
@@ -506,7 +508,7 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager, re
 		if err != nil {
 			return nil, err
 		}
-		iss, err := issuerFor(sc, gens, replica, logger)
+		iss, err := env.issuerFor(sc, gens)
 		if err != nil {
 			return nil, err
 		}
@@ -522,23 +524,39 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager, re
 	return out, nil
 }
 
+// issuerEnv is what an in-memory intermediate needs besides its signer
+// name's configuration.
+type issuerEnv struct {
+	replica string
+	logger  klog.Logger
+	metrics *pcr.Metrics
+}
+
 // issuerFor is the Issuer of signer name sc: its CA generations', or,
 // with signers[].intermediate enabled, an in-memory intermediate of this
 // replica under them.
-func issuerFor(sc config.Signer, gens *generations.Manager, replica string, logger klog.Logger) (issuer.Issuer, error) {
+func (e issuerEnv) issuerFor(sc config.Signer, gens *generations.Manager) (issuer.Issuer, error) {
 	in := sc.Intermediate
 	if in == nil || !in.Enabled {
 		return gens.Issuer(sc.Name), nil
 	}
 	iss, err := intermediate.New(gens.Issuer(sc.Name), intermediate.Options{
-		SignerName: sc.Name, Replica: replica,
+		SignerName: sc.Name, Replica: e.replica,
 		Validity: in.Validity.Duration, RenewBefore: in.RenewBefore.Duration, MaxLifetime: sc.MaxLifetime.Duration,
-		Backdate: sc.Backdate.Duration, Logger: logger,
+		Backdate: sc.Backdate.Duration, Logger: e.logger,
+		Observe: func(cert *x509.Certificate, err error) {
+			if err != nil {
+				e.metrics.IntermediateSigned.WithLabelValues(sc.Name, "failed").Inc()
+				return
+			}
+			e.metrics.IntermediateSigned.WithLabelValues(sc.Name, "signed").Inc()
+			e.metrics.IntermediateNotAfter.WithLabelValues(sc.Name).Set(float64(cert.NotAfter.Unix()))
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("Leaves are signed by an in-memory intermediate CA", "signer", sc.Name, "replica", replica,
+	e.logger.Info("Leaves are signed by an in-memory intermediate CA", "signer", sc.Name, "replica", e.replica,
 		"validity", in.Validity.Duration, "renewBefore", in.RenewBefore.Duration)
 	return iss, nil
 }

@@ -74,6 +74,9 @@ type Options struct {
 	// Logger gets one line per intermediate signed and one per change of
 	// the failure to sign one (default: klog's).
 	Logger klog.Logger
+	// Observe, if set, is called after each attempt to sign an
+	// intermediate: with its certificate, or with the error.
+	Observe func(cert *x509.Certificate, err error)
 }
 
 // Issuer is an issuer.Issuer whose authorities are in-memory
@@ -253,6 +256,13 @@ func (i *Issuer) sign(f *flight, gen string) {
 			"serial", c.SerialNumber.Text(16), "notBefore", c.NotBefore.UTC().Format(time.RFC3339), "notAfter", c.NotAfter.UTC().Format(time.RFC3339))
 	}
 	i.mu.Unlock()
+	if i.opts.Observe != nil {
+		var cert *x509.Certificate
+		if auth != nil {
+			cert = auth.Certificate()
+		}
+		i.opts.Observe(cert, err)
+	}
 	close(f.done)
 }
 

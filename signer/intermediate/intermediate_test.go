@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -397,5 +398,45 @@ func waitFor(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 5s")
 		}
+	}
+}
+
+// Observe hears of every attempt: the certificate signed, or the error.
+func TestObserveHearsOfEveryAttempt(t *testing.T) {
+	gens := &generations{}
+	gen := newGeneration(t, "a", 1)
+	gens.set(gen, "a")
+	clk := testingclock.NewFakeClock(epoch)
+	var mu sync.Mutex
+	var got []string
+	iss, err := intermediate.New(gens, intermediate.Options{
+		SignerName: "keyward.dev/x", Replica: "r", Validity: validity, RenewBefore: renewBefore, MaxLifetime: maxLifetime, Clock: clk,
+		Observe: func(c *x509.Certificate, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				got = append(got, "failed")
+				return
+			}
+			got = append(got, "signed "+c.NotAfter.Sub(epoch).String())
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen.key.down.Store(true)
+	if _, _, err := iss.Current(); err == nil {
+		t.Fatal("signed with the key down")
+	}
+	gen.key.down.Store(false)
+	clk.Step(time.Minute)
+	if _, _, err := iss.Current(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Signed a minute after epoch, without backdate.
+	if want := []string{"failed", "signed 6h1m0s"}; !slices.Equal(got, want) {
+		t.Errorf("observed %q, want %q", got, want)
 	}
 }
