@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,5 +324,51 @@ func TestIntermediateModeFollowsActivation(t *testing.T) {
 			return g.LastIssuedNotAfter != nil && !g.LastIssuedNotAfter.Time.Before(na)
 		})
 		t.Logf("generation %s: latest leaf ends %s, lastIssuedNotAfter %s", gen, na.UTC().Format(time.RFC3339), g.LastIssuedNotAfter.UTC().Format(time.RFC3339))
+	}
+}
+
+// A CSR signer name with signers[].intermediate: approved CSRs get the
+// leaf then the intermediate in status.certificate (the root is not sent),
+// verifying with the root alone; the KMS signs once for all of them.
+func TestIntermediateModeSignsCSRs(t *testing.T) {
+	ctx := testContext(t)
+	kms, opts := startKMS(t)
+	name := "keyward.dev/inter-csr-" + uniqueName(t, "c")
+	keyURI, caFile, root := newCAPathLen(t, opts, kmsURI(kms), "ca-"+uniqueName(t, "csr"), 1)
+	activeAuthority(t, name, keyURI, caFile)
+	runSignerWith(t, baseConfig(t, config.Signer{Name: name, Profile: config.ProfileCSR,
+		Intermediate: &config.Intermediate{Enabled: true},
+		CSR: &config.CSRPolicy{TrustDistribution: "ClusterTrustBundle " + name, CommonNames: []string{"*.daemons.example.com"},
+			KeyUsages: []string{"digital signature", "client auth"}},
+	}), "replica-csr", pcr.V1, opts)
+	before := len(kms.SignRequests())
+	admin := cp.AdminClient()
+	var inter *x509.Certificate
+	for i := range 5 {
+		c := newCSR(t, ctx, admin, name, x509.CertificateRequest{Subject: pkix.Name{CommonName: fmt.Sprintf("d%d.daemons.example.com", i)}},
+			usages(certv1.UsageDigitalSignature, certv1.UsageClientAuth), ptrInt32(600))
+		approve(t, ctx, c)
+		got := waitCSRDone(t, ctx, c)
+		if f := failedCondition(got); f != nil {
+			t.Fatalf("Failed %s: %s", f.Reason, f.Message)
+		}
+		certs := pemCerts(t, string(got.Status.Certificate))
+		if len(certs) != 2 || !certs[1].IsCA || !certs[1].MaxPathLenZero {
+			t.Fatalf("status.certificate has %d certificates, want leaf then the intermediate", len(certs))
+		}
+		if inter == nil {
+			inter = certs[1]
+		} else if !certs[1].Equal(inter) {
+			t.Fatal("CSRs signed by two intermediates")
+		}
+		roots, inters := x509.NewCertPool(), x509.NewCertPool()
+		roots.AddCert(root)
+		inters.AddCert(certs[1])
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Fatalf("x509.Verify: %v", err)
+		}
+	}
+	if n := len(kmsSignatures(kms.SignRequests()[before:])); n != 1 {
+		t.Errorf("the KMS signed %d times for 5 CSRs, want 1", n)
 	}
 }
