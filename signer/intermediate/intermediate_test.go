@@ -440,3 +440,57 @@ func TestObserveHearsOfEveryAttempt(t *testing.T) {
 		t.Errorf("observed %q, want %q", got, want)
 	}
 }
+
+// Under a CA that ends before a whole validity, the intermediate ends with
+// the CA and is not renewed in a loop (a successor could end no later);
+// once a leaf no longer fits, nothing issues (ErrCAExpiresTooSoon), as
+// without the intermediate.
+func TestAnIntermediateEndingWithItsCAIsNotRenewedInALoop(t *testing.T) {
+	k, err := file.New().CreateKey(context.Background(), backends.CreateKeyRequest{
+		URI: "file:" + filepath.Join(t.TempDir(), "short.pem"), Algorithm: backends.ECDSAP256SHA256,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := &countingKey{Signer: k}
+	root, err := ca.SelfSign(context.Background(), k, ca.Options{
+		Subject: pkix.Name{CommonName: "short root"}, Lifetime: 3 * time.Hour, PathLen: 1, Now: func() time.Time { return epoch.Add(-time.Minute) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := authority.New(root, nil, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens := &generations{}
+	gens.set(&generation{key: key, root: root, auth: a}, "short")
+	clk := testingclock.NewFakeClock(epoch)
+	iss, err := intermediate.New(gens, intermediate.Options{
+		SignerName: "keyward.dev/x", Replica: "r", Validity: validity, RenewBefore: renewBefore, MaxLifetime: maxLifetime, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := iss.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Certificate().NotAfter.Equal(root.NotAfter) {
+		t.Fatalf("intermediate ends %s, want with its CA %s", first.Certificate().NotAfter, root.NotAfter)
+	}
+	for range 20 { // into renewBefore (2h59m left at first, 1h19m at last), a leaf still fits
+		clk.Step(5 * time.Minute)
+		if a, _, err := iss.Current(); err != nil || a != first {
+			t.Fatalf("Current: %v (same intermediate %v)", err, a == first)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a renewal, had one started, would have signed
+	if n := key.signs.Load(); n != 1 {
+		t.Fatalf("the CA key signed %d times, want 1: renewing cannot outlast the CA", n)
+	}
+	clk.SetTime(root.NotAfter.Add(-maxLifetime + time.Minute))
+	if _, _, err := iss.Current(); !errors.Is(err, issuer.ErrUnavailable) || !errors.Is(err, authority.ErrCAExpiresTooSoon) {
+		t.Fatalf("with less than a leaf left: %v, want ErrUnavailable and ErrCAExpiresTooSoon", err)
+	}
+}
