@@ -247,6 +247,8 @@ bench: ## run the benchmarks ($(BENCH_COUNT) rounds each) into $(BENCH_OUT)/*.tx
 	@# One round per go test run: kcm, keyward-file, keyward-softhsm alternate, and each of-kcm is against the kcm round just before.
 	for i in $$(seq $(BENCH_COUNT)); do $(GO) test -run '^$$' -bench CSRSigning -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/peer.txt
 	$(MAKE) bench-tokens
+	@# Issuance against an AWS KMS fake throttled to 50 Sign/s, signers[].intermediate off and on, against the bare ceiling.
+	$(GO) test -run '^$$' -bench KMSQuota -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./softhsm-tests/ | tee $(BENCH_OUT)/kmsquota.txt
 	@# The 10 000-PCR burst against bin/keyward: BURST_COUNT rounds, each on a fresh control plane; KEYWARD_BURST_N=500 for a quick try.
 	$(GO) build -o bin/keyward ./cmd/keyward
 	for i in $$(seq $(BURST_COUNT)); do KEYWARD_BURST_BINARY=$(CURDIR)/bin/keyward $(GO) test -run '^$$' -bench Burst10k -benchtime 1x -count 1 -timeout 60m ./softhsm-tests/ || exit 1; done | tee $(BENCH_OUT)/burst.txt

@@ -8,10 +8,12 @@ package signer
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,8 @@ import (
 	"github.com/keyward/keyward/signer/config"
 	"github.com/keyward/keyward/signer/csr"
 	"github.com/keyward/keyward/signer/generations"
+	"github.com/keyward/keyward/signer/intermediate"
+	"github.com/keyward/keyward/signer/issuer"
 	"github.com/keyward/keyward/signer/pcr"
 	"github.com/keyward/keyward/signer/profile"
 	"github.com/prometheus/client_golang/prometheus"
@@ -231,11 +235,16 @@ func Run(ctx context.Context, o Options) error {
 	// Closes every key once no signature can use it any more (the
 	// controller has returned).
 	defer func() { stopGens(); gensDone.Wait() }()
-	signers, err := buildSigners(cfg, gens.Manager)
+	replica := o.Identity
+	if replica == "" {
+		replica, _ = os.Hostname()
+	}
+	issuers := issuerEnv{replica: replica, logger: logger, metrics: metrics}
+	signers, err := buildSigners(cfg, gens.Manager, issuers)
 	if err != nil {
 		return err
 	}
-	csrSigners, err := buildCSRSigners(cfg, gens.Manager)
+	csrSigners, err := buildCSRSigners(cfg, gens.Manager, issuers)
 	if err != nil {
 		return err
 	}
@@ -517,7 +526,7 @@ func newGenerations(restCfg *rest.Config, cfg *config.SignerConfiguration, reg *
 // buildCSRSigners builds the policy of each signer name with a CSR
 // profile; it issues through the same Issuer a PodCertificateRequest
 // signer name would.
-func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*csr.Signer, error) {
+func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager, env issuerEnv) ([]*csr.Signer, error) {
 	var out []*csr.Signer
 	for _, sc := range cfg.Signers {
 		if !config.IsCSRProfile(sc.Profile) {
@@ -527,14 +536,18 @@ func buildCSRSigners(cfg *config.SignerConfiguration, gens *generations.Manager)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &csr.Signer{Policy: p, Issuer: gens.Issuer(sc.Name)})
+		iss, err := env.issuerFor(sc, gens)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &csr.Signer{Policy: p, Issuer: iss})
 	}
 	return out, nil
 }
 
 // buildSigners builds the policy of each signer name with a
 // PodCertificateRequest profile; its CA comes from gens.
-func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([]*pcr.Signer, error) {
+func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager, env issuerEnv) ([]*pcr.Signer, error) {
 	var out []*pcr.Signer
 	for _, sc := range cfg.Signers {
 		if config.IsCSRProfile(sc.Profile) {
@@ -544,8 +557,12 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([
 		if err != nil {
 			return nil, err
 		}
+		iss, err := env.issuerFor(sc, gens)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, &pcr.Signer{
-			Name: sc.Name, Issuer: gens.Issuer(sc.Name), Profile: prof,
+			Name: sc.Name, Issuer: iss, Profile: prof,
 			AllowedKeyTypes: sc.AllowedKeyTypes, MaxLifetime: sc.MaxLifetime.Duration,
 			RefreshPoint: *sc.RefreshPoint, Backdate: sc.Backdate.Duration,
 			Annotations: sc.UnverifiedUserAnnotations,
@@ -554,6 +571,43 @@ func buildSigners(cfg *config.SignerConfiguration, gens *generations.Manager) ([
 		})
 	}
 	return out, nil
+}
+
+// issuerEnv is what an in-memory intermediate needs besides its signer
+// name's configuration.
+type issuerEnv struct {
+	replica string
+	logger  klog.Logger
+	metrics *pcr.Metrics
+}
+
+// issuerFor is the Issuer of signer name sc: its CA generations', or,
+// with signers[].intermediate enabled, an in-memory intermediate of this
+// replica under them.
+func (e issuerEnv) issuerFor(sc config.Signer, gens *generations.Manager) (issuer.Issuer, error) {
+	in := sc.Intermediate
+	if in == nil || !in.Enabled {
+		return gens.Issuer(sc.Name), nil
+	}
+	iss, err := intermediate.New(gens.Issuer(sc.Name), intermediate.Options{
+		SignerName: sc.Name, Replica: e.replica,
+		Validity: in.Validity.Duration, RenewBefore: in.RenewBefore.Duration, MaxLifetime: sc.MaxLifetime.Duration,
+		Backdate: sc.Backdate.Duration, Logger: e.logger,
+		Observe: func(cert *x509.Certificate, err error) {
+			if err != nil {
+				e.metrics.IntermediateSigned.WithLabelValues(sc.Name, "failed").Inc()
+				return
+			}
+			e.metrics.IntermediateSigned.WithLabelValues(sc.Name, "signed").Inc()
+			e.metrics.IntermediateNotAfter.WithLabelValues(sc.Name).Set(float64(cert.NotAfter.Unix()))
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.logger.Info("Leaves are signed by an in-memory intermediate CA", "signer", sc.Name, "replica", e.replica,
+		"validity", in.Validity.Duration, "renewBefore", in.RenewBefore.Duration)
+	return iss, nil
 }
 
 // serve starts the metrics and health listeners.

@@ -44,6 +44,13 @@ func caInToken(t testing.TB, label string) (string, string, *x509.Certificate) {
 // certificate's file and the certificate.
 func newCA(t testing.TB, opts all.Options, createURI, name string) (string, string, *x509.Certificate) {
 	t.Helper()
+	return newCAPathLen(t, opts, createURI, name, 0)
+}
+
+// newCAPathLen is newCA with a root of basicConstraints pathLen (1 allows
+// the in-memory intermediate of signers[].intermediate below it).
+func newCAPathLen(t testing.TB, opts all.Options, createURI, name string, pathLen int) (string, string, *x509.Certificate) {
+	t.Helper()
 	reg, err := all.NewRegistry(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func newCA(t testing.TB, opts all.Options, createURI, name string) (string, stri
 		t.Fatalf("creating CA key %s: %v", createURI, err)
 	}
 	defer key.Close()
-	root, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: name}, Lifetime: 30 * 24 * time.Hour})
+	root, err := ca.SelfSign(ctx, key, ca.Options{Subject: pkix.Name{CommonName: name}, Lifetime: 30 * 24 * time.Hour, PathLen: pathLen})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,3 +215,42 @@ func cancelAfterCalls(ctx context.Context, cancel context.CancelFunc, srv *awskm
 	}
 	cancel()
 }
+
+// The fake's account quota (Options.SignRate) refuses Sign calls beyond
+// its bucket with ThrottlingException, records only the calls it signed,
+// and refills at its rate: what BenchmarkKMSQuota throttles issuance with.
+func TestFakeSignQuotaThrottles(t *testing.T) {
+	srv := startFake(t, awskmsfake.Options{SignRate: 20, SignBurst: 5})
+	p := newProvider(t, awskms.Options{Retry: fastRetry(1)})
+	k := addKey(t, srv, awskmsfake.NewKey{Region: region, KeySpec: "ECC_NIST_P256"})
+	s := open(t, p, keyURI(srv, k.ID, ""))
+	sign := func() error {
+		_, err := s.SignContext(context.Background(), kmstest.Digest(s.Algorithm(), "x"), s.Algorithm().SignerOpts())
+		return err
+	}
+	ok := 0
+	for range 10 {
+		if sign() == nil {
+			ok++
+		}
+	}
+	// The burst of 5, and perhaps one more refilled meanwhile.
+	if ok < 5 || ok > 6 {
+		t.Errorf("%d of 10 back-to-back signatures passed a quota of burst 5, want 5 or 6", ok)
+	}
+	if got := srv.Throttled(); got != uint64(10-ok) {
+		t.Errorf("Throttled() = %d, want %d", got, 10-ok)
+	}
+	if got := len(srv.SignRequests()); got != ok {
+		t.Errorf("SignRequests() has %d, want the %d signed", got, ok)
+	}
+	err := sign()
+	for err == nil {
+		err = sign()
+	}
+	kmstest.CheckError(t, err, backends.ErrTransient, "")
+	time.Sleep(200 * time.Millisecond) // 4 tokens at 20/s
+	if err := sign(); err != nil {
+		t.Errorf("after a refill: %v", err)
+	}
+}

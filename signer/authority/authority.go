@@ -146,6 +146,32 @@ func (a *Authority) Signer() backends.Signer { return a.signer }
 // caller may retry: *NotYetValidError (ErrCANotYetValid), ErrBadSignature
 // and the backend's backends.ErrTransient.
 func (a *Authority) Sign(ctx context.Context, tmpl *x509.Certificate, pub crypto.PublicKey, p Policy) (*x509.Certificate, error) {
+	return a.sign(ctx, tmpl, pub, p, false)
+}
+
+// ErrNoPathForIntermediate is returned by SignIntermediate when a
+// certificate of the chain allows no CA below the one it would sign
+// (basicConstraints pathLen 0): `keyward ca init --path-len 1` makes a
+// root that does.
+var ErrNoPathForIntermediate = errors.New("the CA's path length allows no intermediate below it")
+
+// SignIntermediate issues a CA certificate for pub under p, as Sign issues
+// a leaf, placed inside the chain the same way: basicConstraints CA:TRUE
+// with pathLen 0 (it signs leaves only) and keyUsage certSign, whatever
+// tmpl says of them. It refuses (ErrNoPathForIntermediate, permanent) when
+// a certificate of the chain's path length would make the new CA invalid.
+func (a *Authority) SignIntermediate(ctx context.Context, tmpl *x509.Certificate, pub crypto.PublicKey, p Policy) (*x509.Certificate, error) {
+	for i, c := range a.Chain() {
+		// i CAs lie between c and the new one (self-issued ones aside,
+		// which keyward's chains do not have).
+		if c.BasicConstraintsValid && (c.MaxPathLen > 0 || c.MaxPathLenZero) && c.MaxPathLen < i+1 {
+			return nil, fmt.Errorf("%w: %q has pathLen %d", ErrNoPathForIntermediate, c.Subject, c.MaxPathLen)
+		}
+	}
+	return a.sign(ctx, tmpl, pub, p, true)
+}
+
+func (a *Authority) sign(ctx context.Context, tmpl *x509.Certificate, pub crypto.PublicKey, p Policy, isCA bool) (*x509.Certificate, error) {
 	if p.Lifetime <= 0 {
 		return nil, fmt.Errorf("policy lifetime must be positive, got %s", p.Lifetime)
 	}
@@ -171,9 +197,12 @@ func (a *Authority) Sign(ctx context.Context, tmpl *x509.Certificate, pub crypto
 	t.NotAfter = notAfter
 	t.SignatureAlgorithm = a.signer.SignatureAlgorithm()
 	t.BasicConstraintsValid = true
-	t.IsCA = false
+	t.IsCA = isCA
 	t.MaxPathLen = 0
-	t.MaxPathLenZero = false
+	t.MaxPathLenZero = isCA
+	if isCA {
+		t.KeyUsage = x509.KeyUsageCertSign
+	}
 	if len(t.SubjectKeyId) == 0 {
 		if t.SubjectKeyId, err = ca.SubjectKeyID(pub); err != nil {
 			return nil, err

@@ -399,3 +399,65 @@ func TestIssuersPEMStopsAtTheRoot(t *testing.T) {
 		t.Fatalf("an intermediate CA serves\n%s\nwant\n%s", got, want)
 	}
 }
+
+// SignIntermediate makes a CA that signs leaves only (pathLen 0,
+// certSign), inside the chain's validity, whatever the template asks; a
+// chain whose path length allows no CA below is refused by name.
+func TestSignIntermediateIsALeafOnlyCAInsideTheChain(t *testing.T) {
+	key := newCAKey(t)
+	root, err := ca.SelfSign(context.Background(), key, ca.Options{
+		Subject: pkix.Name{CommonName: "root pathlen 1"}, Lifetime: 10 * time.Hour, PathLen: 1, Now: func() time.Time { return epoch },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := authority.New(root, nil, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intKey := newCAKey(t)
+	now := epoch.Add(8 * time.Hour)
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "in memory"}, IsCA: false, MaxPathLen: 3, KeyUsage: x509.KeyUsageDigitalSignature}
+	inter, err := a.SignIntermediate(context.Background(), tmpl, intKey.Public(), authority.Policy{
+		Lifetime: 6 * time.Hour, Backdate: time.Minute, MinLifetime: time.Hour, Now: func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inter.IsCA || !inter.BasicConstraintsValid || inter.MaxPathLen != 0 || !inter.MaxPathLenZero {
+		t.Errorf("intermediate basicConstraints CA=%v pathLen=%d zero=%v, want CA with pathLen 0", inter.IsCA, inter.MaxPathLen, inter.MaxPathLenZero)
+	}
+	if inter.KeyUsage != x509.KeyUsageCertSign {
+		t.Errorf("keyUsage %v, want certSign only", inter.KeyUsage)
+	}
+	if !inter.NotAfter.Equal(root.NotAfter.Truncate(time.Second)) {
+		t.Errorf("notAfter %s, want clamped to the root's %s", inter.NotAfter, root.NotAfter)
+	}
+	if err := inter.CheckSignatureFrom(root); err != nil {
+		t.Fatal(err)
+	}
+	// It is an Authority of its own, whose leaves verify through it.
+	ia, err := authority.New(inter, a.Chain(), intKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ia.Sign(context.Background(), &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, leafKey(t),
+		authority.Policy{Lifetime: time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, inters := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(root)
+	inters.AddCert(inter)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Fatalf("leaf under the intermediate: %v", err)
+	}
+
+	// The default root (pathLen 0) allows none.
+	_, err = newAuthority(t, 10*time.Hour).SignIntermediate(context.Background(), tmpl, intKey.Public(), authority.Policy{
+		Lifetime: time.Hour, Now: func() time.Time { return epoch.Add(time.Hour) },
+	})
+	if !errors.Is(err, authority.ErrNoPathForIntermediate) {
+		t.Fatalf("under a pathLen 0 root: %v, want ErrNoPathForIntermediate", err)
+	}
+}

@@ -264,6 +264,63 @@ type Signer struct {
 	// Without it, the approver leaves a csr name's CSRs alone; the two
 	// kubelet names are approved under their built-in rules either way.
 	Approval *Approval `json:"approval,omitempty"`
+	// Intermediate, when enabled, signs this name's leaves with a
+	// short-lived intermediate CA whose key exists only in the signing
+	// replica's memory, so that the CA key in the HSM or KMS signs once
+	// per intermediate instead of once per leaf (bursts above a KMS
+	// quota). It trades the key's protection for that: docs/signer.md,
+	// "In-memory intermediate". The Authority's CA must allow a CA below
+	// it (`keyward ca init --path-len 1`).
+	Intermediate *Intermediate `json:"intermediate,omitempty"`
+}
+
+// Intermediate is a signer name's opt-in in-memory intermediate CA: an
+// ECDSA P-256 key generated in memory (never written to a file, a Secret
+// or a log) and a certificate for it (pathLen 0, keyUsage certSign, bound
+// to the replica by name) signed by the Active generation's CA key.
+type Intermediate struct {
+	// Enabled turns the intermediate on (default false).
+	Enabled bool `json:"enabled,omitempty"`
+	// Validity is how long each intermediate certificate lives (default
+	// renewBefore + 6h, so that each is used for 6 hours). Someone who
+	// reads the signer's memory can sign leaves with its key until it
+	// expires.
+	Validity metav1.Duration `json:"validity,omitempty"`
+	// RenewBefore is how long before its notAfter an intermediate is
+	// replaced by a new one (a new key). At least maxLifetime (the
+	// default): every leaf fits inside the intermediate it is signed
+	// under. When the CA key cannot sign a new one, the current
+	// intermediate keeps issuing while it has maxLifetime left.
+	RenewBefore metav1.Duration `json:"renewBefore,omitempty"`
+}
+
+// Validity's default exceeds RenewBefore by DefaultIntermediateUse; it must
+// exceed it by at least MinIntermediateUse.
+const (
+	DefaultIntermediateUse = 6 * time.Hour
+	MinIntermediateUse     = 10 * time.Minute
+)
+
+func (in *Intermediate) validate(p *field.Path, maxLifetime time.Duration) field.ErrorList {
+	var errs field.ErrorList
+	v, r := in.Validity.Duration, in.RenewBefore.Duration
+	if v < 0 {
+		errs = append(errs, field.Invalid(p.Child("validity"), v.String(), "must not be negative"))
+	}
+	if r < 0 {
+		errs = append(errs, field.Invalid(p.Child("renewBefore"), r.String(), "must not be negative"))
+	}
+	if !in.Enabled || len(errs) > 0 {
+		return errs
+	}
+	if r < maxLifetime {
+		errs = append(errs, field.Invalid(p.Child("renewBefore"), r.String(),
+			fmt.Sprintf("must be at least maxLifetime (%s): a leaf must end before the intermediate it is signed under", maxLifetime)))
+	} else if v < r+MinIntermediateUse {
+		errs = append(errs, field.Invalid(p.Child("validity"), v.String(),
+			fmt.Sprintf("must exceed renewBefore (%s) by at least %s: an intermediate is used from its start until renewBefore before its end", r, MinIntermediateUse)))
+	}
+	return errs
 }
 
 // CSRPolicy is what a custom CSR signer name issues: the seven properties
@@ -490,6 +547,14 @@ func (c *SignerConfiguration) Default() {
 		if s.RateLimits.OnLimit == "" {
 			s.RateLimits.OnLimit = "delay"
 		}
+		if in := s.Intermediate; in != nil {
+			if in.RenewBefore.Duration == 0 {
+				in.RenewBefore.Duration = s.MaxLifetime.Duration
+			}
+			if in.Validity.Duration == 0 {
+				in.Validity.Duration = in.RenewBefore.Duration + DefaultIntermediateUse
+			}
+		}
 		// The default bucket only ever delays: a Denied PCR is permanent
 		// for kubelet.
 		if s.RateLimits.PerNode == nil && s.RateLimits.OnLimit == "delay" {
@@ -642,6 +707,9 @@ func (s *Signer) validate(p *field.Path) field.ErrorList {
 	}
 	if s.RateLimits.OnLimit != "delay" && s.RateLimits.OnLimit != "deny" {
 		errs = append(errs, field.NotSupported(rp.Child("onLimit"), s.RateLimits.OnLimit, []string{"delay", "deny"}))
+	}
+	if s.Intermediate != nil {
+		errs = append(errs, s.Intermediate.validate(p.Child("intermediate"), s.MaxLifetime.Duration)...)
 	}
 	return errs
 }

@@ -28,6 +28,12 @@ func TestFullExampleLoadsWithDefaults(t *testing.T) {
 	if b := cfg.Backends; b.PKCS11.MaxSessions != 32 || b.GCPKMS.Endpoint != "cloudkms.googleapis.com:443" || b.AWSKMS.MaxAttempts != 4 {
 		t.Errorf("backends section: %+v", b)
 	}
+	if in := cfg.Signers[0].Intermediate; in == nil || !in.Enabled || in.RenewBefore.Duration != 24*time.Hour || in.Validity.Duration != 30*time.Hour {
+		t.Errorf("intermediate defaults: %+v, want renewBefore maxLifetime (24h), validity 6h more", in)
+	}
+	if cfg.Signers[1].Intermediate != nil {
+		t.Errorf("intermediate on a signer that did not ask for one")
+	}
 	if !*cfg.LeaderElection.Enabled || cfg.LeaderElection.LeaseName != "keyward-signer" {
 		t.Errorf("leader election defaults: %+v", cfg.LeaderElection)
 	}
@@ -72,6 +78,10 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
 		{"an unknown PodCertificateRequest version", "workers: 8", "workers: 8\npodCertificateRequestVersion: v2", "podCertificateRequestVersion"},
 		{"a field given twice", "workers: 8", "workers: 8\nworkers: 3", `"workers" already set`},
+		{"an intermediate renewed after a leaf could end", "intermediate: {enabled: true}", "intermediate: {enabled: true, renewBefore: 1h}", "signers[0].intermediate.renewBefore"},
+		{"an intermediate not outliving renewBefore", "intermediate: {enabled: true}", "intermediate: {enabled: true, validity: 24h}", "signers[0].intermediate.validity"},
+		{"a negative intermediate validity", "intermediate: {enabled: true}", "intermediate: {validity: -1h}", "signers[0].intermediate.validity"},
+		{"an unknown intermediate field", "intermediate: {enabled: true}", "intermediate: {enabled: true, lifetime: 1h}", `"signers[0].intermediate.lifetime"`},
 		{"a signer field given twice", "maxLifetime: 24h", "maxLifetime: 24h\n  maxLifetime: 2h", `"maxLifetime" already set`},
 	}
 	for _, tc := range cases {

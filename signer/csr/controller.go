@@ -1,7 +1,6 @@
 package csr
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -549,8 +548,8 @@ func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.Cert
 // a leaf of our own CA (a previous leader's, during a handover) only at V(2).
 func (c *Controller) signedElsewhere(ctx context.Context, s *signerState, csr *certv1.CertificateSigningRequest, ours, written []byte) {
 	logger := klog.FromContext(ctx)
-	ourLeaf, theirLeaf := firstCertificate(ours), firstCertificate(written)
-	if ourLeaf != nil && theirLeaf != nil && bytes.Equal(ourLeaf.RawIssuer, theirLeaf.RawIssuer) && bytes.Equal(ourLeaf.AuthorityKeyId, theirLeaf.AuthorityKeyId) {
+	theirLeaf := firstCertificate(written)
+	if sameIssuers(ours, written) {
 		logger.V(2).Info("CSR already carries a certificate of this CA (written by another replica)", "csr", csr.Name, "signer", s.Policy.Name)
 		return
 	}
@@ -575,6 +574,43 @@ func (c *Controller) signedElsewhere(ctx context.Context, s *signerState, csr *c
 }
 
 // firstCertificate parses the first CERTIFICATE block of PEM data, or nil.
+// sameIssuers reports whether two certificate chains share an issuer
+// (subject and key id) at any level: the same CA generation, directly or
+// through an in-memory intermediate (signers[].intermediate), which
+// differs from replica to replica.
+func sameIssuers(a, b []byte) bool {
+	issuers := map[string]bool{}
+	for _, c := range certificates(a) {
+		issuers[string(c.RawIssuer)+"\x00"+string(c.AuthorityKeyId)] = true
+	}
+	for _, c := range certificates(b) {
+		if issuers[string(c.RawIssuer)+"\x00"+string(c.AuthorityKeyId)] {
+			return true
+		}
+	}
+	return false
+}
+
+// certificates parses every CERTIFICATE block of data, stopping at the
+// first that does not parse.
+func certificates(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return out
+		}
+		if b.Type == "CERTIFICATE" {
+			c, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return out
+			}
+			out = append(out, c)
+		}
+	}
+}
+
 func firstCertificate(data []byte) *x509.Certificate {
 	for {
 		var b *pem.Block

@@ -60,6 +60,11 @@ func describe(s config.Signer) [7]string {
 	csrLifetime := fmt.Sprintf("min(maxLifetime %s, spec.expirationSeconds); no expirationSeconds gets %s; kube-apiserver's minimum of 600s is honoured as asked (not raised); notBefore backdated up to %s; never beyond the CA's own expiry", s.MaxLifetime.Duration, s.MaxLifetime.Duration, s.Backdate.Duration)
 	pcrChain := "status.certificateChain holds the leaf, then the CA certificate of the generation that signed and its issuers"
 	csrChain := "status.certificate holds the leaf, then any intermediate CA certificates of the signing generation; the self-signed root is never sent (get it from the trust distribution)"
+	if in := s.Intermediate; in != nil && in.Enabled {
+		mem := fmt.Sprintf("; right after the leaf comes the signing replica's in-memory intermediate (signers[].intermediate: pathLen 0, at most %s, renewed %s before its end), signed by that generation", in.Validity.Duration, in.RenewBefore.Duration)
+		pcrChain += mem
+		csrChain = "status.certificate holds the leaf, then the signing replica's in-memory intermediate (signers[].intermediate: pathLen 0, at most " + in.Validity.Duration.String() + ", renewed " + in.RenewBefore.Duration.String() + " before its end), then any intermediate CA certificates of the signing generation; the self-signed root is never sent (get it from the trust distribution)"
+	}
 	csrNoCA := noCA + "; a request asking basicConstraints CA:TRUE or usage `cert sign` / `crl sign` is marked Failed (CARequested)"
 	usageNote := "the certificate carries exactly spec.usages"
 	switch s.Profile {

@@ -60,3 +60,31 @@ func TestSignersDocCoversTheShippedDeployment(t *testing.T) {
 		t.Errorf("%d signer names with the CA bit property, want %d", n, want)
 	}
 }
+
+// A signer name with signers[].intermediate on says, in its chain
+// property, that the chain carries the replica's in-memory intermediate.
+func TestSignersDocNamesTheInMemoryIntermediate(t *testing.T) {
+	cfg, err := config.Parse([]byte(`apiVersion: keyward.dev/v1alpha1
+kind: SignerConfiguration
+signers:
+- name: keyward.dev/pods
+  profile: podIdentity
+  maxLifetime: 1h
+  intermediate: {enabled: true}
+- name: keyward.dev/daemons
+  profile: csr
+  maxLifetime: 1h
+  intermediate: {enabled: true, validity: 3h}
+  csr: {trustDistribution: x, keyUsages: [client auth]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := csr.DescribeSigners(cfg)
+	if n := strings.Count(text, "in-memory intermediate (signers[].intermediate: pathLen 0, at most "); n != 2 {
+		t.Errorf("%d chain properties name the in-memory intermediate, want 2:\n%s", n, text)
+	}
+	if !strings.Contains(text, "at most 7h0m0s, renewed 1h0m0s before its end") || !strings.Contains(text, "at most 3h0m0s") {
+		t.Errorf("the intermediate's validity is not stated:\n%s", text)
+	}
+}

@@ -35,6 +35,12 @@ type Metrics struct {
 	CANotAfter *prometheus.GaugeVec
 	// Retries counts transient failures that were requeued.
 	Retries *prometheus.CounterVec
+	// IntermediateNotAfter is the expiry of the in-memory intermediate
+	// (signers[].intermediate) each signer name issues with, by signer;
+	// IntermediateSigned counts the intermediates the CA key signed, and
+	// the attempts that failed, by signer and result (signed, failed).
+	IntermediateNotAfter *prometheus.GaugeVec
+	IntermediateSigned   *prometheus.CounterVec
 
 	reg prometheus.Registerer
 }
@@ -65,6 +71,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "keyward_ca_not_after_timestamp_seconds",
 			Help: "Expiry of the CA certificate of every generation whose key the signer has open (Staged, Promoted or Active), by signer name and generation.",
 		}, []string{"signer", "generation"}),
+		IntermediateNotAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keyward_intermediate_not_after_timestamp_seconds",
+			Help: "Expiry of the in-memory intermediate CA (signers[].intermediate) this replica issues with, by signer name; absent until the first is signed.",
+		}, []string{"signer"}),
+		IntermediateSigned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keyward_intermediate_signatures_total",
+			Help: "In-memory intermediate CAs (signers[].intermediate) the CA key was asked to sign, by signer name and result (signed, failed).",
+		}, []string{"signer", "result"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keyward_pcr_retries_total",
 			Help: "Transient failures (backend or API) that were requeued, by signer.",
@@ -95,7 +109,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"type"}),
 	}
 	for _, c := range []prometheus.Collector{m.Issuances, m.Latency, m.SignDuration, m.SignErrors, m.CANotAfter, m.Retries,
-		m.StatusRejected, m.PermissionMissing, m.ClockSkew, m.Events, m.EventsDropped, m.EventWriteErrors} {
+		m.IntermediateNotAfter, m.IntermediateSigned, m.StatusRejected, m.PermissionMissing, m.ClockSkew, m.Events, m.EventsDropped, m.EventWriteErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/keyward/keyward/testsupport/faults"
 	"github.com/keyward/keyward/testsupport/testkeys"
+	"golang.org/x/time/rate"
 )
 
 // The KMS actions the server serves, counts and injects faults into.
@@ -104,6 +105,15 @@ type Options struct {
 	// ReuseKeyMaterial gives every key of one key spec the same private key,
 	// generated once per Server, to spare tests RSA key generation.
 	ReuseKeyMaterial bool
+	// SignRate, if positive, is the account's Sign quota in calls per
+	// second, shared by every key and region, as AWS KMS applies its
+	// request quotas: a Sign call over it is answered ThrottlingException
+	// ("Rate exceeded", HTTP 400) before it is read, and is neither
+	// recorded by SignRequests nor signed. Calls still count in Calls.
+	SignRate float64
+	// SignBurst is the quota's bucket size (default: one second's worth
+	// of SignRate, at least 1).
+	SignBurst int
 }
 
 // NewKey describes a key for AddKey.
@@ -160,7 +170,10 @@ type Server struct {
 	creates  []CreateKeyRequest
 	material *testkeys.Pool
 
-	requests atomic.Uint64
+	requests  atomic.Uint64
+	throttled atomic.Uint64
+	// quota is Options.SignRate's bucket; nil without one.
+	quota *rate.Limiter
 }
 
 type key struct {
@@ -176,9 +189,19 @@ func Start(opts Options) *Server {
 		aliases:  map[string]string{},
 		material: &testkeys.Pool{Reuse: opts.ReuseKeyMaterial},
 	}
+	if opts.SignRate > 0 {
+		burst := opts.SignBurst
+		if burst <= 0 {
+			burst = max(1, int(opts.SignRate))
+		}
+		s.quota = rate.NewLimiter(rate.Limit(opts.SignRate), burst)
+	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
+
+// Throttled is how many Sign calls the SignRate quota refused.
+func (s *Server) Throttled() uint64 { return s.throttled.Load() }
 
 // URL is the endpoint to give the SDK client as its BaseEndpoint.
 func (s *Server) URL() string { return s.srv.URL }
@@ -272,6 +295,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f, aerr := s.begin(r.Context(), action)
 	if aerr != nil {
 		s.writeError(w, aerr)
+		return
+	}
+	if action == Sign && s.quota != nil && !s.quota.Allow() {
+		s.throttled.Add(1)
+		s.writeError(w, fail("ThrottlingException", "Rate exceeded"))
 		return
 	}
 	var out any
