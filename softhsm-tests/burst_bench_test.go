@@ -43,9 +43,11 @@ import (
 // KEYWARD_BURST_BINARY the benchmark builds ./cmd/keyward itself.
 // KEYWARD_BURST_CPUPROFILE=<file> turns on the signer's profiling and
 // writes a CPU profile of its first 20 seconds of the burst there (read
-// it with go tool pprof <binary> <file>); KEYWARD_BURST_HEAPPROFILE=<file>
+// it with go tool pprof <binary> <file>) and the minimal signer's, of its
+// whole run, to <file>.minimal; KEYWARD_BURST_HEAPPROFILE=<file>
 // saves its heap profile (in use with N PCRs cached, and alloc_space
-// since it started) after the burst. KEYWARD_BURST_MINIMAL_BINARY is the
+// since it started) after the burst, and <file>.restart that of the
+// restarted signer once settled. KEYWARD_BURST_MINIMAL_BINARY is the
 // minimal signer (softhsm-tests/internal/minimalsigner), built by the
 // benchmark when unset.
 const (
@@ -120,8 +122,13 @@ func BenchmarkBurst10k(b *testing.B) {
 	// The floor: the minimal signer, same CA key, same client identity and
 	// limits, its own signer name.
 	minimalHealth := freeAddr(b)
-	mp := startBurstProcess(b, "minimal", minimalBinary, "--kubeconfig", cfg.KubeClient.Kubeconfig, "--signer-name", minimalName,
-		"--ca-cert", caFile, "--ca-key", keyPath, "--health-address", minimalHealth, "--workers", strconv.Itoa(burstWorkers))
+	args := []string{"--kubeconfig", cfg.KubeClient.Kubeconfig, "--signer-name", minimalName,
+		"--ca-cert", caFile, "--ca-key", keyPath, "--health-address", minimalHealth, "--workers", strconv.Itoa(burstWorkers)}
+	if profilePath != "" {
+		// Its whole life: start, burst, settle.
+		args = append(args, "--cpuprofile", profilePath+".minimal")
+	}
+	mp := startBurstProcess(b, "minimal", minimalBinary, args...)
 	if err := waitReady(minimalHealth); err != nil {
 		b.Fatalf("minimal signer not ready: %v\n%s", err, mp.logTail())
 	}
@@ -207,6 +214,9 @@ func BenchmarkBurst10k(b *testing.B) {
 	// Its steady state with the N cached, read as after the burst.
 	time.Sleep(burstSettle - 2*time.Second)
 	restartRSS := sp.rss(b)
+	if heapPath != "" {
+		fetchProfile(b, "http://"+cfg.MetricsAddress+"/debug/pprof/heap", heapPath+".restart")
+	}
 	b.Logf("restart with %d Issued PCRs: ready in %s; RSS %.1f MiB (anon %.1f, file %.1f), peak %.1f MiB",
 		n, startup.Round(time.Millisecond), restartRSS.total, restartRSS.anon, restartRSS.file, restartRSS.hwm)
 

@@ -6,7 +6,7 @@
 // metrics, no cache trimming. It speaks protobuf to the apiserver, as
 // keyward does. It is built and run by the benchmark, never shipped.
 //
-//	minimalsigner --kubeconfig F --signer-name N --ca-cert F --ca-key F --health-address 127.0.0.1:P
+//	minimalsigner --kubeconfig F --signer-name N --ca-cert F --ca-key F --health-address 127.0.0.1:P [--cpuprofile F]
 package main
 
 import (
@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,11 +47,25 @@ func main() {
 	caKey := flag.String("ca-key", "", "CA private key (PKCS#8 PEM)")
 	health := flag.String("health-address", "", "serve /readyz here")
 	workers := flag.Int("workers", 8, "workers")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "minimalsigner:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 	if err := run(ctx, *kubeconfig, *signerName, *caCert, *caKey, *health, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "minimalsigner:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
