@@ -177,7 +177,7 @@ func (c *Controller) HasSynced() bool {
 	return c.synced.Load()
 }
 
-// newInformer watches the CSRs of one signer name only.
+// newInformer watches the CSRs of one signer name only, trimmed (cache.go).
 func (c *Controller) newInformer(name string) cache.SharedIndexInformer {
 	sel := fields.OneTermEqualSelector("spec.signerName", name).String()
 	csrs := c.opts.Client.CertificatesV1().CertificateSigningRequests()
@@ -191,7 +191,9 @@ func (c *Controller) newInformer(name string) cache.SharedIndexInformer {
 			return csrs.Watch(ctx, o)
 		},
 	}
-	return cache.NewSharedIndexInformer(lw, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(lw, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	utilruntime.Must(inf.SetTransform(trim)) // fails only once started
+	return inf
 }
 
 // Warm reports whether Start has run and every informer has synced: a

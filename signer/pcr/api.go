@@ -233,11 +233,7 @@ func (v1API) transform(obj any) (any, error) {
 		return obj, nil // already transformed, or a tombstone
 	}
 	if isTerminal(p.Status.Conditions) {
-		return &certv1.PodCertificateRequest{
-			ObjectMeta: trimMeta(p.ObjectMeta),
-			Spec:       certv1.PodCertificateRequestSpec{SignerName: p.Spec.SignerName},
-			Status:     certv1.PodCertificateRequestStatus{Conditions: terminalCondition(p.Status.Conditions)},
-		}, nil
+		return newStub(p.ObjectMeta, p.Spec.SignerName), nil
 	}
 	p.ObjectMeta = trimMeta(p.ObjectMeta)
 	return newDecoded(decodeV1(p)), nil
@@ -247,6 +243,9 @@ func (v1API) toRequest(obj any) (*request, error) {
 	switch p := obj.(type) {
 	case *decoded:
 		return p.request(), nil
+	case *stub:
+		return p.request(&certv1.PodCertificateRequest{ObjectMeta: p.meta(),
+			Spec: certv1.PodCertificateRequestSpec{SignerName: p.signerName}}), nil
 	case *certv1.PodCertificateRequest:
 		return decodeV1(p), nil
 	}
@@ -332,11 +331,7 @@ func (v1beta1API) transform(obj any) (any, error) {
 		return obj, nil
 	}
 	if isTerminal(p.Status.Conditions) {
-		return &certv1beta1.PodCertificateRequest{
-			ObjectMeta: trimMeta(p.ObjectMeta),
-			Spec:       certv1beta1.PodCertificateRequestSpec{SignerName: p.Spec.SignerName},
-			Status:     certv1beta1.PodCertificateRequestStatus{Conditions: terminalCondition(p.Status.Conditions)},
-		}, nil
+		return newStub(p.ObjectMeta, p.Spec.SignerName), nil
 	}
 	p.ObjectMeta = trimMeta(p.ObjectMeta)
 	return newDecoded(decodeV1beta1(p)), nil
@@ -346,6 +341,9 @@ func (v1beta1API) toRequest(obj any) (*request, error) {
 	switch p := obj.(type) {
 	case *decoded:
 		return p.request(), nil
+	case *stub:
+		return p.request(&certv1beta1.PodCertificateRequest{ObjectMeta: p.meta(),
+			Spec: certv1beta1.PodCertificateRequestSpec{SignerName: p.signerName}}), nil
 	case *certv1beta1.PodCertificateRequest:
 		return decodeV1beta1(p), nil
 	}

@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The informer keeps only what the controller needs of each request (its
@@ -13,9 +14,10 @@ import (
 //     creation and deletion times, spec and status, and stored as *decoded
 //     with its decoded form, so it is parsed once per version of the object
 //     however often the controller looks at it;
-//   - a terminal request is reduced to a stub: name, namespace, uid,
-//     resourceVersion, creation and deletion times, spec.signerName and the
-//     terminal condition without its message.
+//   - a terminal request is reduced to a *stub: name, namespace, uid,
+//     resourceVersion, creation and deletion times and spec.signerName, in
+//     a struct of its own (a typed object with only these fields set
+//     still costs its 528-byte struct and a condition).
 //
 // A status write of a trimmed object's DeepCopy is complete: on
 // /status kube-apiserver takes spec, labels, annotations, owner references
@@ -62,13 +64,53 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	}
 }
 
-// terminalCondition is the first terminal condition of conds without its
-// message, or nil.
-func terminalCondition(conds []metav1.Condition) []metav1.Condition {
-	for _, c := range conds {
-		if isTerminalCondition(c) {
-			return []metav1.Condition{{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime}}
-		}
+// stub is a terminal request as the informer stores it. It is never
+// written again; the controller reads only its identity, to drop or settle
+// its record. Never mutated after the transform.
+type stub struct {
+	namespace, name, resourceVersion, signerName string
+	uid                                          types.UID
+	created                                      metav1.Time
+	deleted                                      *metav1.Time
+}
+
+func newStub(m metav1.ObjectMeta, signerName string) *stub {
+	return &stub{
+		namespace: m.Namespace, name: m.Name, resourceVersion: m.ResourceVersion, signerName: signerName,
+		uid: m.UID, created: m.CreationTimestamp, deleted: m.DeletionTimestamp,
 	}
-	return nil
+}
+
+// meta is the stub's metadata, as trimMeta keeps it.
+func (s *stub) meta() metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Namespace: s.namespace, Name: s.name, UID: s.uid, ResourceVersion: s.resourceVersion,
+		CreationTimestamp: s.created, DeletionTimestamp: s.deleted,
+	}
+}
+
+// GetObjectMeta makes the stub's metadata, for the informer's keys
+// (meta.Accessor).
+func (s *stub) GetObjectMeta() metav1.Object {
+	m := s.meta()
+	return &m
+}
+
+// GetObjectKind is empty, as for a decoded object.
+func (s *stub) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the stub.
+func (s *stub) DeepCopyObject() runtime.Object {
+	c := *s
+	return &c
+}
+
+// request is the stub as a terminal request; obj is the typed object with
+// the stub's metadata and signer name, made by the caller for its version,
+// so that anything that names the request (an Event) has an object to name.
+func (s *stub) request(obj runtime.Object) *request {
+	return &request{
+		obj: obj, namespace: s.namespace, name: s.name, uid: s.uid, created: s.created.Time,
+		signerName: s.signerName, terminal: true,
+	}
 }

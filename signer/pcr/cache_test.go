@@ -18,6 +18,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -71,24 +72,31 @@ func pendingPCR(t *testing.T) *certv1.PodCertificateRequest {
 func TestTransform(t *testing.T) {
 	api := v1API{}
 
-	t.Run("a terminal request is reduced to a stub with its terminal condition", func(t *testing.T) {
+	t.Run("a terminal request is reduced to a stub of its identity", func(t *testing.T) {
 		p := issuedPCR(t)
 		got, err := api.transform(p.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := &certv1.PodCertificateRequest{
-			ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, CreationTimestamp: p.CreationTimestamp},
-			Spec:       certv1.PodCertificateRequestSpec{SignerName: p.Spec.SignerName},
-			Status: certv1.PodCertificateRequestStatus{Conditions: []metav1.Condition{{
-				Type: "Issued", Status: metav1.ConditionTrue, Reason: ReasonIssued, LastTransitionTime: p.Status.Conditions[0].LastTransitionTime}}},
-		}
-		if !equality.Semantic.DeepEqual(got, want) {
+		want := &stub{namespace: p.Namespace, name: p.Name, uid: p.UID, resourceVersion: p.ResourceVersion,
+			created: p.CreationTimestamp, signerName: p.Spec.SignerName}
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("stub\n%+v\nwant\n%+v", got, want)
 		}
+		key, err := cache.MetaNamespaceKeyFunc(got)
+		if err != nil || key != p.Namespace+"/"+p.Name {
+			t.Fatalf("store key %q, %v", key, err)
+		}
 		r, err := api.toRequest(got)
-		if err != nil || !r.terminal || r.uid != p.UID {
+		if err != nil || !r.terminal || r.uid != p.UID || r.signerName != p.Spec.SignerName {
 			t.Fatalf("stub reads as %+v, %v; want terminal request %s", r, err, p.UID)
+		}
+		wantObj := &certv1.PodCertificateRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, CreationTimestamp: p.CreationTimestamp},
+			Spec:       certv1.PodCertificateRequestSpec{SignerName: p.Spec.SignerName},
+		}
+		if !equality.Semantic.DeepEqual(r.obj, wantObj) {
+			t.Fatalf("stub's request names\n%+v\nwant\n%+v", r.obj, wantObj)
 		}
 	})
 
@@ -169,9 +177,15 @@ func TestTransform(t *testing.T) {
 		}
 		p.Status.Conditions = []metav1.Condition{{Type: "Denied", Status: metav1.ConditionTrue, Reason: "InvalidProofOfPossession", Message: strings.Repeat("m", 1000)}}
 		got, _ = b.transform(p.DeepCopy())
-		stub := got.(*certv1beta1.PodCertificateRequest)
-		if len(stub.Spec.PKIXPublicKey) != 0 || stub.ManagedFields != nil || stub.Status.Conditions[0].Message != "" || stub.Status.Conditions[0].Reason != "InvalidProofOfPossession" {
-			t.Fatalf("v1beta1 stub %+v", stub)
+		if s, ok := got.(*stub); !ok || s.uid != p.UID {
+			t.Fatalf("v1beta1 stub %+v", got)
+		}
+		r, err := b.toRequest(got)
+		if err != nil || !r.terminal {
+			t.Fatalf("v1beta1 stub reads as %+v, %v", r, err)
+		}
+		if _, ok := r.obj.(*certv1beta1.PodCertificateRequest); !ok {
+			t.Fatalf("v1beta1 stub's request names a %T", r.obj)
 		}
 	})
 }
@@ -198,7 +212,7 @@ func TestInformerStoresTransformedRequests(t *testing.T) {
 	for _, tc := range []struct {
 		p    *certv1.PodCertificateRequest
 		want string
-	}{{issued, "*v1.PodCertificateRequest"}, {pending, "*pcr.decoded"}} {
+	}{{issued, "*pcr.stub"}, {pending, "*pcr.decoded"}} {
 		obj, ok, err := inf.GetIndexer().GetByKey(tc.p.Namespace + "/" + tc.p.Name)
 		if err != nil || !ok {
 			t.Fatalf("%s not stored: %v", tc.p.Name, err)
@@ -206,7 +220,11 @@ func TestInformerStoresTransformedRequests(t *testing.T) {
 		if got := reflect.TypeOf(obj).String(); got != tc.want {
 			t.Fatalf("%s stored as %s, want %s", tc.p.Name, got, tc.want)
 		}
-		if len(obj.(metav1.Object).GetManagedFields()) != 0 {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.GetManagedFields()) != 0 {
 			t.Fatalf("%s stored with managedFields", tc.p.Name)
 		}
 	}
@@ -246,7 +264,7 @@ func TestTerminalRequestsStaySmallInTheCache(t *testing.T) {
 	t.Logf("bytes per cached terminal request: whole %d, stub %d (10 000: %.1f MB → %.1f MB)", whole, stub, float64(whole*n)/1e6, float64(stub*n)/1e6)
 	// A stub is its struct and a few short strings; the budget leaves room
 	// for allocator rounding.
-	if stub > 1200 {
-		t.Fatalf("a stored terminal request costs %d bytes, want ≤ 1200", stub)
+	if stub > 400 {
+		t.Fatalf("a stored terminal request costs %d bytes, want ≤ 400", stub)
 	}
 }

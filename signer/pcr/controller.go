@@ -20,6 +20,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -393,6 +394,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 		c.synced.Store(true)
+		// The initial list is garbage now that the caches hold trimmed
+		// copies: when kube-apiserver cannot stream it (watch-list needs
+		// etcd's progress notifications) it is one response holding every
+		// request in full, 28 MB for 10 000, and the next GC and the
+		// scavenger would return it only minutes later. One forced GC at
+		// start returns it now (docs/benchmarks.md, restart-of-steady).
+		debug.FreeOSMemory()
 		logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
 	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
