@@ -172,6 +172,11 @@ func RunLeader(ctx context.Context, client kubernetes.Interface, le LeaderElecti
 		return fmt.Errorf("creating lease lock: %w", err)
 	}
 	if le.Fence != nil {
+		// A standby waits the Lease record's whole seconds, not
+		// LeaseDuration: the fence must shut before that.
+		if whole := le.LeaseDuration.Truncate(time.Second); le.RenewDeadline >= whole {
+			return fmt.Errorf("lease duration %s (%s in the Lease record) must exceed the renew deadline %s", le.LeaseDuration, whole, le.RenewDeadline)
+		}
 		lock = &fencedLock{Interface: lock, fence: le.Fence, renewDeadline: le.RenewDeadline}
 		defer le.Fence.close()
 	}

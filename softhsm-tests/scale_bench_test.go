@@ -20,8 +20,8 @@ import (
 )
 
 // BenchmarkFailover: two signer replicas (child processes) with the
-// default leader election (config.DefaultLeaseDuration 1.5 s, renew
-// deadline 1 s, retry 200 ms); the standby's caches are warm. The leader is
+// default leader election (config.DefaultLeaseDuration 1 s, renew
+// deadline 750 ms, retry 200 ms); the standby's caches are warm. The leader is
 // killed with SIGKILL, so it releases nothing, and a PCR is created at
 // once. s-failover is the time from the kill to that PCR seen Issued, by
 // the standby (target ≤ 2 s).

@@ -185,10 +185,30 @@ const DefaultEventsPerSecond = 10
 
 // The signer's leader election defaults.
 const (
-	DefaultLeaseDuration = 1500 * time.Millisecond
-	DefaultRenewDeadline = time.Second
+	DefaultLeaseDuration = time.Second
+	DefaultRenewDeadline = 750 * time.Millisecond
 	DefaultRetryPeriod   = 200 * time.Millisecond
 )
+
+// Validate checks the Lease's timing: leaseDuration > renewDeadline >
+// retryPeriod > 0, and leaseDuration in whole seconds, which is all a Lease
+// record holds (client-go writes leaseDurationSeconds rounded down, and a
+// standby waits that long): 1500ms would be a 1 s Lease, shorter than a
+// 1 s renewDeadline, and the signer's fence would no longer keep a deposed
+// leader from signing.
+func (le LeaderElection) Validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	d := le.LeaseDuration.Duration
+	if !(d > le.RenewDeadline.Duration && le.RenewDeadline.Duration > le.RetryPeriod.Duration && le.RetryPeriod.Duration > 0) {
+		errs = append(errs, field.Invalid(p, fmt.Sprintf("%s/%s/%s", d, le.RenewDeadline.Duration, le.RetryPeriod.Duration),
+			"need leaseDuration > renewDeadline > retryPeriod > 0"))
+	}
+	if d%time.Second != 0 {
+		errs = append(errs, field.Invalid(p.Child("leaseDuration"), d.String(),
+			"must be whole seconds (a Lease records leaseDurationSeconds; a standby would wait only "+d.Truncate(time.Second).String()+")"))
+	}
+	return errs
+}
 
 // LeaderElection configures the Lease that makes one replica active.
 type LeaderElection struct {
@@ -202,11 +222,11 @@ type LeaderElection struct {
 	LeaseName string `json:"leaseName,omitempty"`
 	// LeaseDuration is how long a lease is valid without renewal: a
 	// standby takes over this long after the leader's last renewal
-	// (default 1.5s for the signer, 15s for the token service).
+	// (whole seconds; default 1s for the signer, 15s for the token service).
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
 	// RenewDeadline is how long the leader retries renewing before it gives
 	// up leading; the signer signs nothing later than this after its last
-	// successful renewal was sent (default 1s for the signer, 10s for
+	// successful renewal was sent (default 750ms for the signer, 10s for
 	// the token service).
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
 	// RetryPeriod is the wait between attempts to acquire or renew (default
@@ -599,12 +619,7 @@ func (c *SignerConfiguration) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("failAfter"), c.FailAfter.Duration.String(), "must not be negative"))
 	}
 	errs = append(errs, c.Backends.validate(field.NewPath("backends"))...)
-	le := c.LeaderElection
-	lp := field.NewPath("leaderElection")
-	if !(le.LeaseDuration.Duration > le.RenewDeadline.Duration && le.RenewDeadline.Duration > le.RetryPeriod.Duration && le.RetryPeriod.Duration > 0) {
-		errs = append(errs, field.Invalid(lp, fmt.Sprintf("%s/%s/%s", le.LeaseDuration.Duration, le.RenewDeadline.Duration, le.RetryPeriod.Duration),
-			"need leaseDuration > renewDeadline > retryPeriod > 0"))
-	}
+	errs = append(errs, c.LeaderElection.Validate(field.NewPath("leaderElection"))...)
 	sp := field.NewPath("signers")
 	if len(c.Signers) == 0 {
 		errs = append(errs, field.Required(sp, "at least one signer name"))

@@ -78,6 +78,8 @@ func TestBadConfigurationsNameTheField(t *testing.T) {
 		{"a negative failAfter", "failAfter: 10m", "failAfter: -1m", "failAfter"},
 		{"an unknown PodCertificateRequest version", "workers: 8", "workers: 8\npodCertificateRequestVersion: v2", "podCertificateRequestVersion"},
 		{"a field given twice", "workers: 8", "workers: 8\nworkers: 3", `"workers" already set`},
+		{"a Lease of a fraction of a second", "workers: 8", "workers: 8\nleaderElection: {leaseDuration: 1500ms}", "leaderElection.leaseDuration"},
+		{"a renew deadline as long as the Lease", "workers: 8", "workers: 8\nleaderElection: {leaseDuration: 1s, renewDeadline: 1s}", "leaderElection"},
 		{"an intermediate renewed after a leaf could end", "intermediate: {enabled: true}", "intermediate: {enabled: true, renewBefore: 1h}", "signers[0].intermediate.renewBefore"},
 		{"an intermediate not outliving renewBefore", "intermediate: {enabled: true}", "intermediate: {enabled: true, validity: 24h}", "signers[0].intermediate.validity"},
 		{"a negative intermediate validity", "intermediate: {enabled: true}", "intermediate: {validity: -1h}", "signers[0].intermediate.validity"},

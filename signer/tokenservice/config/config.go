@@ -131,11 +131,7 @@ func (c *TokenServiceConfiguration) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("kubeClient"), c.KubeClient, "qps and burst must not be negative"))
 	}
 	errs = append(errs, c.Backends.Validate(field.NewPath("backends"))...)
-	le := c.LeaderElection
-	if !(le.LeaseDuration.Duration > le.RenewDeadline.Duration && le.RenewDeadline.Duration > le.RetryPeriod.Duration && le.RetryPeriod.Duration > 0) {
-		errs = append(errs, field.Invalid(field.NewPath("leaderElection"), fmt.Sprintf("%s/%s/%s", le.LeaseDuration.Duration, le.RenewDeadline.Duration, le.RetryPeriod.Duration),
-			"need leaseDuration > renewDeadline > retryPeriod > 0"))
-	}
+	errs = append(errs, c.LeaderElection.Validate(field.NewPath("leaderElection"))...)
 	errs = append(errs, c.validateAddresses()...)
 
 	if c.SignerName == "" {
