@@ -100,7 +100,9 @@ func (f *Fence) renewed(sent time.Time, renewDeadline time.Duration) {
 	}
 }
 
-// close shuts the fence for good: the Lease is lost or released.
+// close shuts the fence: the Lease is lost or released. Only a new
+// successful write of this replica's holdership opens it again (RunLeader
+// is run once per process: a replica that lost the Lease exits).
 func (f *Fence) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
