@@ -36,7 +36,10 @@ type Fence struct {
 	// leading is set while the Lease is held; a write sent while this
 	// replica held the Lease but answered after it lost it opens nothing.
 	leading bool
-	now     func() time.Time
+	// closed is set by close for good: a write answered after the Lease
+	// was lost or released never opens the fence again.
+	closed bool
+	now    func() time.Time
 }
 
 // NewFence returns a closed fence.
@@ -94,19 +97,21 @@ func (f *Fence) clock() time.Time {
 func (f *Fence) renewed(sent time.Time, renewDeadline time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
 	f.leading = true
 	if u := sent.Add(renewDeadline); u.After(f.until) {
 		f.until = u
 	}
 }
 
-// close shuts the fence: the Lease is lost or released. Only a new
-// successful write of this replica's holdership opens it again (RunLeader
-// is run once per process: a replica that lost the Lease exits).
+// close shuts the fence for good: the Lease is lost or released
+// (RunLeader runs once per process: a replica that lost the Lease exits).
 func (f *Fence) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.leading = false
+	f.leading, f.closed = false, true
 	f.until = time.Time{}
 }
 

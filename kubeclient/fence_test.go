@@ -81,6 +81,13 @@ func TestFenceFollowsTheLeaseWrites(t *testing.T) {
 	if f.Open() || !f.Until().IsZero() {
 		t.Errorf("open after the release: until %v", f.Until())
 	}
+	// A write of our holdership answered after that opens nothing.
+	if err := lock.Update(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	if f.Open() {
+		t.Error("a write answered after the release opened the fence again")
+	}
 }
 
 func TestFenceCutsOffAnOperationAtTheFence(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // CatchUp tells whether an informer that was running before this replica
@@ -25,6 +26,9 @@ type CatchUp struct {
 	marked atomic.Bool
 	done   atomic.Bool
 }
+
+// MarkTimeout bounds Mark's read: a takeover waits for it.
+const MarkTimeout = 2 * time.Second
 
 // Mark reads the current resourceVersion with rv (a quorum LIST with
 // limit 1). On an error the informer stays behind for good.

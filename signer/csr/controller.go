@@ -259,7 +259,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	workers.RunSynced(ctx, syncs, func() {
 		if warm {
 			for name, s := range c.signers {
-				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) { return c.currentRV(ctx, name) }); err != nil {
+				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) {
+					// Bounded: a slow apiserver must not hold up a takeover; on
+					// a timeout every request is read again before it is signed.
+					ctx, cancel := context.WithTimeout(ctx, workers.MarkTimeout)
+					defer cancel()
+					return c.currentRV(ctx, name)
+				}); err != nil {
 					logger.Error(err, "Reading the current resourceVersion; every CSR is read again before it is signed", "signer", name)
 				}
 			}

@@ -358,6 +358,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		c.warm.Store(true)
 		go func() {
 			if cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Warm() }) {
+				// See Run: the initial list is garbage now, on a standby
+				// as on a leader; returned here, not at a takeover.
+				debug.FreeOSMemory()
 				klog.FromContext(ctx).Info("Caches warm", "signers", len(c.signers))
 			}
 		}()
@@ -376,7 +379,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Only a standby's caches can trail a previous leader's writes; with
 	// no leader election (no Fence) there was none.
-	warm := c.warm.Load() && c.opts.Fence != nil
+	startedBefore := c.warm.Load()
+	warm := startedBefore && c.opts.Fence != nil
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
@@ -388,7 +392,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	workers.RunSynced(ctx, syncs, func() {
 		if warm {
 			for name, s := range c.signers {
-				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) { return c.api.currentRV(ctx, name) }); err != nil {
+				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) {
+					// Bounded: a slow apiserver must not hold up a takeover; on
+					// a timeout every request is read again before it is signed.
+					ctx, cancel := context.WithTimeout(ctx, workers.MarkTimeout)
+					defer cancel()
+					return c.api.currentRV(ctx, name)
+				}); err != nil {
 					logger.Error(err, "Reading the current resourceVersion; every request is read again before it is signed", "signer", name)
 				}
 			}
@@ -400,7 +410,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		// request in full, 28 MB for 10 000, and the next GC and the
 		// scavenger would return it only minutes later. One forced GC at
 		// start returns it now (docs/benchmarks.md, restart-of-steady).
-		debug.FreeOSMemory()
+		if !startedBefore {
+			debug.FreeOSMemory()
+		}
 		logger.Info("Caches synced; issuing", "workers", c.opts.Workers)
 	}, c.opts.Workers, c.queue, c.processNext)
 	return nil
