@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -40,6 +41,8 @@ type Fence struct {
 	// was lost or released never opens the fence again.
 	closed bool
 	now    func() time.Time
+	// refused counts Bound's ErrFenced answers.
+	refused atomic.Uint64
 }
 
 // NewFence returns a closed fence.
@@ -79,10 +82,19 @@ func (f *Fence) Bound(ctx context.Context) (context.Context, context.CancelFunc,
 	}
 	until := f.Until()
 	if !f.clock().Before(until) {
+		f.refused.Add(1)
 		return ctx, func() {}, ErrFenced
 	}
 	bctx, cancel := context.WithDeadlineCause(ctx, until, ErrFenced)
 	return bctx, cancel, nil
+}
+
+// Refused is how many times Bound has answered ErrFenced.
+func (f *Fence) Refused() uint64 {
+	if f == nil {
+		return 0
+	}
+	return f.refused.Load()
 }
 
 func (f *Fence) clock() time.Time {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -87,6 +88,13 @@ func TestFenceFollowsTheLeaseWrites(t *testing.T) {
 	}
 	if f.Open() {
 		t.Error("a write answered after the release opened the fence again")
+	}
+	// Each ErrFenced answer is counted for keyward_leader_fence_refused_total.
+	if got := f.Refused(); got != 2 {
+		t.Errorf("Refused() = %d, want 2 (before the first write, after the shut fence)", got)
+	}
+	if got := testutil.ToFloat64(NewFenceRefusals("l", f)); got != 2 {
+		t.Errorf("keyward_leader_fence_refused_total = %v, want 2", got)
 	}
 }
 

@@ -239,7 +239,13 @@ func Run(ctx context.Context, o Options) error {
 	if replica == "" {
 		replica, _ = os.Hostname()
 	}
-	issuers := issuerEnv{replica: replica, logger: logger, metrics: metrics}
+	// The fence of the Lease (docs/signer.md, "High availability") bounds
+	// every signature: a leaf's, and an in-memory intermediate's.
+	var fence *kubeclient.Fence
+	if *cfg.LeaderElection.Enabled {
+		fence = kubeclient.NewFence()
+	}
+	issuers := issuerEnv{replica: replica, logger: logger, metrics: metrics, fence: fence}
 	signers, err := buildSigners(cfg, gens.Manager, issuers)
 	if err != nil {
 		return err
@@ -330,11 +336,7 @@ func Run(ctx context.Context, o Options) error {
 	// Every replica builds its controllers and starts their informers, so
 	// that a standby takes over with warm caches; only the leader's
 	// workers sign, each signature and status write bounded by the fence
-	// of its Lease (docs/signer.md, "Failover").
-	var fence *kubeclient.Fence
-	if *cfg.LeaderElection.Enabled {
-		fence = kubeclient.NewFence()
-	}
+	// of its Lease (the fence is made above, with the issuers).
 	var runs []func(context.Context) error
 	if len(signers) > 0 {
 		c, err := pcr.New(pcr.Options{
@@ -393,6 +395,11 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("registering the leader gauge: %w", err)
 	}
 	lead = kubeclient.Leading(leader, lead)
+	if fence != nil {
+		if err := reg.Register(kubeclient.NewFenceRefusals(cfg.LeaderElection.LeaseName, fence)); err != nil {
+			return fmt.Errorf("registering the fence counter: %w", err)
+		}
+	}
 	if !*cfg.LeaderElection.Enabled {
 		st.leading.Store(true)
 		return lead(ctx)
@@ -579,6 +586,8 @@ type issuerEnv struct {
 	replica string
 	logger  klog.Logger
 	metrics *pcr.Metrics
+	// fence, if set, bounds the CA key's signature of each intermediate.
+	fence *kubeclient.Fence
 }
 
 // issuerFor is the Issuer of signer name sc: its CA generations', or,
@@ -592,7 +601,7 @@ func (e issuerEnv) issuerFor(sc config.Signer, gens *generations.Manager) (issue
 	iss, err := intermediate.New(gens.Issuer(sc.Name), intermediate.Options{
 		SignerName: sc.Name, Replica: e.replica,
 		Validity: in.Validity.Duration, RenewBefore: in.RenewBefore.Duration, MaxLifetime: sc.MaxLifetime.Duration,
-		Backdate: sc.Backdate.Duration, Logger: e.logger,
+		Backdate: sc.Backdate.Duration, Logger: e.logger, Bound: e.fence.Bound,
 		Observe: func(cert *x509.Certificate, err error) {
 			if err != nil {
 				e.metrics.IntermediateSigned.WithLabelValues(sc.Name, "failed").Inc()

@@ -73,7 +73,10 @@ func components() []component {
 		return func(r prometheus.Registerer) error { return r.Register(kubeclient.NewLeaderGauge(lease)) }
 	}
 	return []component{
-		{"signer", all(pcr.RegisterMetrics, csr.RegisterMetrics, trustpublisher.RegisterMetrics, leader("keyward-signer"))},
+		{"signer", all(pcr.RegisterMetrics, csr.RegisterMetrics, trustpublisher.RegisterMetrics, leader("keyward-signer"),
+			func(r prometheus.Registerer) error {
+				return r.Register(kubeclient.NewFenceRefusals("keyward-signer", kubeclient.NewFence()))
+			})},
 		{"approver", all(func(r prometheus.Registerer) error { _, err := approver.NewMetrics(r); return err }, leader("keyward-approver"))},
 		{"token-service", all(func(r prometheus.Registerer) error { _, err := tokenservice.NewMetrics(r); return err },
 			trustpublisher.RegisterMetrics, leader("keyward-token-service"))},

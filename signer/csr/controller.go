@@ -6,6 +6,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,10 +92,8 @@ type Controller struct {
 	events   *rate.Limiter
 
 	synced atomic.Bool
-	// start starts the informers once; warm says before Run (a standby's).
-	start    sync.Once
-	startErr error
-	warm     atomic.Bool
+	// informers are started once, standing by or leading.
+	informers *workers.Informers
 
 	mu      sync.Mutex
 	records map[types.UID]*reqRecord
@@ -104,8 +104,6 @@ type Controller struct {
 
 type signerState struct {
 	*Signer
-	informer cache.SharedIndexInformer
-	catchUp  workers.CatchUp
 }
 
 // reqRecord is what the controller remembers of one CSR (by UID): the
@@ -169,6 +167,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.signers[s.Policy.Name] = &signerState{Signer: s}
 	}
+	c.informers = workers.NewInformers(slices.Collect(maps.Keys(c.signers)), c.newInformer, c.handler)
 	return c, nil
 }
 
@@ -198,43 +197,23 @@ func (c *Controller) newInformer(name string) cache.SharedIndexInformer {
 
 // Warm reports whether Start has run and every informer has synced: a
 // standby that could take over without a LIST (for /readyz).
-func (c *Controller) Warm() bool {
-	if !c.warm.Load() {
-		return false
-	}
-	for _, s := range c.signers {
-		if !s.informer.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) Warm() bool { return c.informers.Warm() }
 
 // Start starts the informers (once) on ctx, which should last as long as
 // the process: a standby keeps its caches warm. It returns at once.
 func (c *Controller) Start(ctx context.Context) error {
-	c.start.Do(func() {
-		for name, s := range c.signers {
-			s.informer = c.newInformer(name)
-			signer := name
-			if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { c.enqueue(signer, obj) },
-				UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
-				DeleteFunc: func(obj any) { c.forget(obj) },
-			}); err != nil {
-				c.startErr = err
-				return
-			}
-			go s.informer.Run(ctx.Done())
-		}
-		c.warm.Store(true)
-		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Warm() }) {
-				klog.FromContext(ctx).Info("CSR caches warm", "signers", len(c.signers))
-			}
-		}()
+	return c.informers.Start(ctx, func() {
+		klog.FromContext(ctx).Info("CSR caches warm", "signers", len(c.signers))
 	})
-	return c.startErr
+}
+
+// handler is the informer events of signer name's CSRs.
+func (c *Controller) handler(signer string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueue(signer, obj) },
+		UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
+		DeleteFunc: func(obj any) { c.forget(obj) },
+	}
 }
 
 // Run starts the informers unless Start did, and the workers, and blocks
@@ -247,28 +226,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Only a standby's caches can trail a previous leader's writes; with
 	// no leader election (no Fence) there was none.
-	warm := c.warm.Load() && c.opts.Fence != nil
+	warm := c.informers.Started() && c.opts.Fence != nil
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	var syncs []cache.InformerSynced
-	for _, s := range c.signers {
-		syncs = append(syncs, s.informer.HasSynced)
-	}
 	logger.Info("Waiting for CSR caches", "signers", len(c.signers), "warm", warm)
-	workers.RunSynced(ctx, syncs, func() {
+	workers.RunSynced(ctx, c.informers.Synced(), func() {
 		if warm {
-			for name, s := range c.signers {
-				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) {
-					// Bounded: a slow apiserver must not hold up a takeover; on
-					// a timeout every request is read again before it is signed.
-					ctx, cancel := context.WithTimeout(ctx, workers.MarkTimeout)
-					defer cancel()
-					return c.currentRV(ctx, name)
-				}); err != nil {
-					logger.Error(err, "Reading the current resourceVersion; every CSR is read again before it is signed", "signer", name)
-				}
-			}
+			c.informers.MarkCatchUp(ctx, c.currentRV)
 		}
 		c.synced.Store(true)
 		logger.Info("CSR caches synced; signing", "workers", c.opts.Workers)
@@ -386,7 +351,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
 	defer cancel()
 	s := c.signers[key.signer]
-	obj, exists, err := s.informer.GetIndexer().GetByKey(key.name)
+	obj, exists, err := c.informers.Get(key.signer).GetIndexer().GetByKey(key.name)
 	if err != nil || !exists {
 		return 0, err
 	}
@@ -429,7 +394,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if err := stop.Err(); err != nil {
 			return 0, err
 		}
-		if !s.catchUp.Fresh(s.informer) {
+		if !c.informers.Get(s.Policy.Name).Fresh() {
 			// Just took over: one quorum read says whether the previous
 			// leader signed it already.
 			fresh, err := c.opts.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"github.com/keyward/keyward/internal/workers"
 	"testing"
 	"time"
 
@@ -73,10 +74,10 @@ func unitController(t *testing.T, s *Signer, rec record.EventRecorder, csrs ...*
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := c.signers[s.Policy.Name]
-	st.informer = cache.NewSharedIndexInformer(nil, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(nil, &certv1.CertificateSigningRequest{}, 0, cache.Indexers{})
+	c.informers = workers.Prepared(map[string]cache.SharedIndexInformer{s.Policy.Name: inf})
 	for _, o := range csrs {
-		_ = st.informer.GetIndexer().Add(o)
+		_ = inf.GetIndexer().Add(o)
 	}
 	return c, client
 }

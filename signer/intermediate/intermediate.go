@@ -77,6 +77,12 @@ type Options struct {
 	// Observe, if set, is called after each attempt to sign an
 	// intermediate: with its certificate, or with the error.
 	Observe func(cert *x509.Certificate, err error)
+	// Bound, if set, bounds each signature of an intermediate as a leaf's
+	// is (kubeclient.Fence.Bound: none starts once this replica may no
+	// longer lead, and one under way is cut then). A signature refused or
+	// cut by it is not a failure of the CA key: nothing is logged or
+	// backed off, and the next Current tries again.
+	Bound func(ctx context.Context) (context.Context, context.CancelFunc, error)
 }
 
 // Issuer is an issuer.Issuer whose authorities are in-memory
@@ -229,11 +235,16 @@ func (i *Issuer) startLocked(parent *authority.Authority, gen string, now time.T
 func (i *Issuer) sign(f *flight, gen string) {
 	ctx, cancel := context.WithTimeout(context.Background(), i.opts.SignTimeout)
 	defer cancel()
-	auth, err := i.issue(ctx, f.parent)
+	auth, fenced, err := i.bounded(ctx, f.parent)
 	now := i.opts.Clock.Now()
 	i.mu.Lock()
 	i.flight = nil
 	f.err = err
+	if fenced {
+		i.mu.Unlock()
+		close(f.done)
+		return
+	}
 	if err != nil {
 		if i.failedFor != f.parent {
 			i.backoff = 0
@@ -264,6 +275,25 @@ func (i *Issuer) sign(f *flight, gen string) {
 		i.opts.Observe(cert, err)
 	}
 	close(f.done)
+}
+
+// bounded is issue under opts.Bound; fenced says Bound refused or cut it.
+func (i *Issuer) bounded(ctx context.Context, parent *authority.Authority) (*authority.Authority, bool, error) {
+	if i.opts.Bound == nil {
+		auth, err := i.issue(ctx, parent)
+		return auth, false, err
+	}
+	bctx, cancel, err := i.opts.Bound(ctx)
+	if err != nil {
+		return nil, true, fmt.Errorf("not signed: %w", err)
+	}
+	defer cancel()
+	auth, err := i.issue(bctx, parent)
+	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
+		// Cut by the bound, not by SignTimeout.
+		return nil, true, fmt.Errorf("cut off: %w", context.Cause(bctx))
+	}
+	return auth, false, err
 }
 
 // issue generates a key and its certificate under parent.

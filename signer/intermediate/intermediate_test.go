@@ -42,6 +42,8 @@ type countingKey struct {
 	backends.Signer
 	signs atomic.Int32
 	down  atomic.Bool
+	// hold makes a signature wait for its context to end.
+	hold atomic.Bool
 }
 
 var errKMSDown = &backends.Error{Kind: backends.ErrTransient, Op: "sign", URI: "awskms:fake", Err: errors.New("ServiceUnavailableException")}
@@ -49,6 +51,10 @@ var errKMSDown = &backends.Error{Kind: backends.ErrTransient, Op: "sign", URI: "
 func (k *countingKey) SignContext(ctx context.Context, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	if k.down.Load() {
 		return nil, errKMSDown
+	}
+	if k.hold.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
 	k.signs.Add(1)
 	return k.Signer.SignContext(ctx, digest, opts)
@@ -492,5 +498,72 @@ func TestAnIntermediateEndingWithItsCAIsNotRenewedInALoop(t *testing.T) {
 	clk.SetTime(root.NotAfter.Add(-maxLifetime + time.Minute))
 	if _, _, err := iss.Current(); !errors.Is(err, issuer.ErrUnavailable) || !errors.Is(err, authority.ErrCAExpiresTooSoon) {
 		t.Fatalf("with less than a leaf left: %v, want ErrUnavailable and ErrCAExpiresTooSoon", err)
+	}
+}
+
+// A replica that may no longer lead signs no intermediate: Bound (the
+// Lease's fence) refuses a signature before it starts and cuts one under
+// way. Neither is the CA key's failure: nothing is logged as one, and once
+// the bound lets it the next Current signs at once, with no backoff.
+func TestBoundRefusesOrCutsTheIntermediatesSignature(t *testing.T) {
+	errFenced := errors.New("fenced")
+	var mu sync.Mutex
+	refuse, cut := true, false
+	gens := &generations{}
+	gen := newGeneration(t, "a", 1)
+	gens.set(gen, "a")
+	logs := &logBuffer{}
+	logger := funcr.New(func(_, args string) {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		logs.b.WriteString(args + "\n")
+	}, funcr.Options{})
+	clk := testingclock.NewFakeClock(epoch)
+	iss, err := intermediate.New(gens, intermediate.Options{
+		SignerName: "keyward.dev/x", Replica: "r", Validity: validity, RenewBefore: renewBefore, MaxLifetime: maxLifetime,
+		Clock: clk, Logger: logger, Wait: 5 * time.Second,
+		Bound: func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case refuse:
+				return ctx, func() {}, errFenced
+			case cut:
+				ctx, cancel := context.WithCancelCause(ctx)
+				go func() { time.Sleep(10 * time.Millisecond); cancel(errFenced) }()
+				return ctx, func() { cancel(nil) }, nil
+			}
+			return ctx, func() {}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := iss.Current(); !errors.Is(err, errFenced) || !errors.Is(err, issuer.ErrUnavailable) {
+		t.Fatalf("refused by the bound: err = %v, want one matching the bound's and ErrUnavailable", err)
+	}
+	mu.Lock()
+	refuse, cut = false, true
+	mu.Unlock()
+	gen.key.hold.Store(true)
+	if _, _, err := iss.Current(); !errors.Is(err, errFenced) {
+		t.Fatalf("cut by the bound: err = %v, want one matching the bound's", err)
+	}
+	gen.key.hold.Store(false)
+	if got := gen.key.signs.Load(); got != 0 {
+		t.Fatalf("the CA key signed %d times while fenced", got)
+	}
+	if l := logs.String(); strings.Contains(l, "failed") {
+		t.Errorf("a fenced signature was logged as a failure:\n%s", l)
+	}
+	mu.Lock()
+	cut = false
+	mu.Unlock()
+	// No clock step: a fenced attempt leaves no backoff behind.
+	if _, _, err := iss.Current(); err != nil {
+		t.Fatalf("with the bound open: %v", err)
+	}
+	if got := gen.key.signs.Load(); got != 1 || iss.Signed() != 1 {
+		t.Fatalf("the CA key signed %d times, Signed() = %d; want 1", got, iss.Signed())
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -176,19 +177,13 @@ type Controller struct {
 	events  *eventLog
 
 	synced atomic.Bool
-	// start starts the informers once, standing by or leading; warm says
-	// they were started before Run (a standby's), whose caches must catch
-	// up with the previous leader's writes.
-	start    sync.Once
-	startErr error
-	warm     atomic.Bool
+	// informers are started once, standing by or leading.
+	informers *workers.Informers
 }
 
 type signerState struct {
 	*Signer
-	informer cache.SharedIndexInformer
-	limits   *limiters
-	catchUp  workers.CatchUp
+	limits *limiters
 
 	mu sync.Mutex
 	// outageSince is the first failed signature of the CA key's current
@@ -312,6 +307,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.signers[s.Name] = &signerState{Signer: s, limits: newLimiters(s.PerNode, s.PerNamespace)}
 	}
+	c.informers = workers.NewInformers(slices.Collect(maps.Keys(c.signers)), api.newInformer, c.handler)
 	if err := opts.Metrics.registerQueueGauges(c.queue.Len, c.records.pending); err != nil {
 		return nil, err
 	}
@@ -325,47 +321,27 @@ func (c *Controller) HasSynced() bool {
 
 // Warm reports whether Start has run and every informer has synced: a
 // standby that could take over without a LIST (for /readyz).
-func (c *Controller) Warm() bool {
-	if !c.warm.Load() {
-		return false
-	}
-	for _, s := range c.signers {
-		if !s.informer.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) Warm() bool { return c.informers.Warm() }
 
 // Start starts the informers (once) on ctx, which should last as long as
 // the process: a standby keeps its caches warm, so that taking over needs
 // no LIST. It returns at once.
 func (c *Controller) Start(ctx context.Context) error {
-	c.start.Do(func() {
-		for name, s := range c.signers {
-			s.informer = c.api.newInformer(name)
-			signer := name
-			if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { c.enqueue(signer, obj) },
-				UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
-				DeleteFunc: func(obj any) { c.forget(obj) },
-			}); err != nil {
-				c.startErr = err
-				return
-			}
-			go s.informer.Run(ctx.Done())
-		}
-		c.warm.Store(true)
-		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), func() bool { return c.Warm() }) {
-				// See Run: the initial list is garbage now, on a standby
-				// as on a leader; returned here, not at a takeover.
-				debug.FreeOSMemory()
-				klog.FromContext(ctx).Info("Caches warm", "signers", len(c.signers))
-			}
-		}()
+	return c.informers.Start(ctx, func() {
+		// See Run: the initial list is garbage now, on a standby as on a
+		// leader; returned here, not at a takeover.
+		debug.FreeOSMemory()
+		klog.FromContext(ctx).Info("Caches warm", "signers", len(c.signers))
 	})
-	return c.startErr
+}
+
+// handler is the informer events of signer name's requests.
+func (c *Controller) handler(signer string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueue(signer, obj) },
+		UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
+		DeleteFunc: func(obj any) { c.forget(obj) },
+	}
 }
 
 // Run starts the informers unless Start did, and the workers, and blocks
@@ -379,29 +355,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Only a standby's caches can trail a previous leader's writes; with
 	// no leader election (no Fence) there was none.
-	startedBefore := c.warm.Load()
+	startedBefore := c.informers.Started()
 	warm := startedBefore && c.opts.Fence != nil
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	var syncs []cache.InformerSynced
-	for _, s := range c.signers {
-		syncs = append(syncs, s.informer.HasSynced)
-	}
 	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version(), "warm", warm)
-	workers.RunSynced(ctx, syncs, func() {
+	workers.RunSynced(ctx, c.informers.Synced(), func() {
 		if warm {
-			for name, s := range c.signers {
-				if err := s.catchUp.Mark(ctx, func(ctx context.Context) (string, error) {
-					// Bounded: a slow apiserver must not hold up a takeover; on
-					// a timeout every request is read again before it is signed.
-					ctx, cancel := context.WithTimeout(ctx, workers.MarkTimeout)
-					defer cancel()
-					return c.api.currentRV(ctx, name)
-				}); err != nil {
-					logger.Error(err, "Reading the current resourceVersion; every request is read again before it is signed", "signer", name)
-				}
-			}
+			c.informers.MarkCatchUp(ctx, c.api.currentRV)
 		}
 		c.synced.Store(true)
 		// The initial list is garbage now that the caches hold trimmed
@@ -486,7 +448,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
 	defer cancel()
 	s := c.signers[key.signer]
-	obj, exists, err := s.informer.GetIndexer().GetByKey(key.namespace + "/" + key.name)
+	obj, exists, err := c.informers.Get(key.signer).GetIndexer().GetByKey(key.namespace + "/" + key.name)
 	if err != nil || !exists {
 		return 0, err
 	}
@@ -559,7 +521,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if err := stop.Err(); err != nil {
 			return 0, err
 		}
-		if !s.catchUp.Fresh(s.informer) {
+		if !c.informers.Get(s.Name).Fresh() {
 			// Just took over, and the cache may not show yet what the
 			// previous leader wrote: one quorum read says whether the
 			// request is still to be signed.

@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"fmt"
+	"github.com/keyward/keyward/internal/workers"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -104,9 +105,8 @@ func unitController(t *testing.T, client *fake.Clientset, s *Signer, p *certv1.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := c.signers[s.Name]
-	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
-	if err := st.informer.GetIndexer().Add(p); err != nil {
+	inf := prepareInformer(c, s.Name)
+	if err := inf.GetIndexer().Add(p); err != nil {
 		t.Fatal(err)
 	}
 	c.enqueue(s.Name, p)
@@ -172,9 +172,8 @@ func syncOnce(t *testing.T, keyErr error, failAfter time.Duration, created time.
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := c.signers[s.Name]
-	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
-	_ = st.informer.GetIndexer().Add(p)
+	inf := prepareInformer(c, s.Name)
+	_ = inf.GetIndexer().Add(p)
 	c.enqueue(s.Name, p)
 	_, syncErr := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name})
 	got, err := client.CertificatesV1().PodCertificateRequests(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
@@ -259,9 +258,8 @@ func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := c.signers[s.Name]
-	st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
-	_ = st.informer.GetIndexer().Add(p)
+	inf := prepareInformer(c, s.Name)
+	_ = inf.GetIndexer().Add(p)
 	c.enqueue(s.Name, p)
 	key := queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name}
 	for i := range 2 {
@@ -286,7 +284,7 @@ func TestRetriesAfterABackendErrorTakeNoNewRateToken(t *testing.T) {
 	if _, err := client.CertificatesV1().PodCertificateRequests(p2.Namespace).Create(context.Background(), p2, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_ = st.informer.GetIndexer().Add(p2)
+	_ = inf.GetIndexer().Add(p2)
 	c.enqueue(s.Name, p2)
 	if _, err := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p2.Namespace, name: p2.Name}); err != nil {
 		t.Fatal(err)
@@ -332,4 +330,12 @@ func TestRateBucketsStayBounded(t *testing.T) {
 func authorityOf(s *Signer) *authority.Authority {
 	a, _, _ := s.Issuer.Current()
 	return a
+}
+
+// prepareInformer gives c a never-started informer for signer name, whose
+// store the test fills by hand.
+func prepareInformer(c *Controller, name string) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
+	c.informers = workers.Prepared(map[string]cache.SharedIndexInformer{name: inf})
+	return inf
 }

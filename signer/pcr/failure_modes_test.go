@@ -121,7 +121,7 @@ func TestFailAfterIgnoresAnOutageThatEndedWithoutARequest(t *testing.T) {
 	// The request goes away (its pod was deleted) and the backend is back:
 	// every probe succeeds from here on.
 	h.c.records.drop("pcr-uid")
-	if err := h.c.signers[h.signer.Name].informer.GetIndexer().Delete(h.get(first)); err != nil {
+	if err := h.c.informers.Get(h.signer.Name).GetIndexer().Delete(h.get(first)); err != nil {
 		t.Fatal(err)
 	}
 	h.key.setErr(nil)
@@ -271,7 +271,7 @@ func TestARecordIsNotRecreatedAfterTheInformerShowedTheRequestTerminal(t *testin
 		// The watch event of this very write arrives first: the
 		// informer stores the terminal object, then calls the handler.
 		done := p.DeepCopy()
-		if err := h.c.signers[h.signer.Name].informer.GetIndexer().Update(done); err != nil {
+		if err := h.c.informers.Get(h.signer.Name).GetIndexer().Update(done); err != nil {
 			t.Fatal(err)
 		}
 		h.c.enqueue(h.signer.Name, done)

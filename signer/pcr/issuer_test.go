@@ -9,10 +9,8 @@ import (
 	"github.com/keyward/keyward/signer/authority"
 	"github.com/keyward/keyward/signer/issuer"
 	"github.com/prometheus/client_golang/prometheus"
-	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 )
 
 // scriptedIssuer is an Issuer whose Current and Reserve answer as set, and
@@ -67,9 +65,7 @@ func TestIssuerGatesEverySignature(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := c.signers[s.Name]
-			st.informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
-			_ = st.informer.GetIndexer().Add(p)
+			_ = prepareInformer(c, s.Name).GetIndexer().Add(p)
 			c.enqueue(s.Name, p)
 			before := time.Now()
 			wait, err := c.sync(context.Background(), queueKey{signer: s.Name, namespace: p.Namespace, name: p.Name})

@@ -63,7 +63,6 @@ func TestLostWriteAnswerIsLoggedOnceWhenFoundStored(t *testing.T) {
 			c := unitController(t, client, s, p)
 			var logged bytes.Buffer
 			ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logged))))
-			st := c.signers[s.Name]
 			key, _ := c.queue.Get()
 			c.queue.Done(key)
 
@@ -74,7 +73,7 @@ func TestLostWriteAnswerIsLoggedOnceWhenFoundStored(t *testing.T) {
 				t.Fatalf("Issued logged before anything said the write was stored:\n%s", logged.String())
 			}
 			// The informer shows the stored, terminal status.
-			if err := st.informer.GetIndexer().Update(stored); err != nil {
+			if err := c.informers.Get(s.Name).GetIndexer().Update(stored); err != nil {
 				t.Fatal(err)
 			}
 			c.enqueue(s.Name, stored)

@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -140,7 +139,7 @@ func newHarness(t *testing.T, mutate func(*Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.c.signers[s.Name].informer = cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
+	prepareInformer(h.c, s.Name)
 	return h
 }
 
@@ -150,7 +149,7 @@ func (h *harness) add(p *certv1.PodCertificateRequest) queueKey {
 	if _, err := h.client.CertificatesV1().PodCertificateRequests(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.c.signers[h.signer.Name].informer.GetIndexer().Add(p); err != nil {
+	if err := h.c.informers.Get(h.signer.Name).GetIndexer().Add(p); err != nil {
 		h.t.Fatal(err)
 	}
 	h.c.enqueue(h.signer.Name, p) // as the informer's handler does

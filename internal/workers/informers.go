@@ -1,0 +1,142 @@
+package workers
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Informers are a controller's informers, one per signer name. Start runs
+// them once, on a context that lasts as long as the process: a standby
+// starts them before it leads, so that taking over needs no LIST, and its
+// caches are then marked (MarkCatchUp) because they may trail what the
+// previous leader wrote.
+type Informers struct {
+	names   []string
+	make    func(name string) cache.SharedIndexInformer
+	handler func(name string) cache.ResourceEventHandler
+
+	once    sync.Once
+	err     error
+	started atomic.Bool
+	// byName is written once, in Start, before any informer runs.
+	byName map[string]*Informer
+}
+
+// Informer is one signer name's informer and its catch-up mark.
+type Informer struct {
+	cache.SharedIndexInformer
+	catchUp CatchUp
+}
+
+// Fresh reports whether the informer shows every write made before its
+// mark (CatchUp.Fresh); an informer never marked is fresh.
+func (i *Informer) Fresh() bool { return i.catchUp.Fresh(i.SharedIndexInformer) }
+
+// NewInformers returns the informers of names, each made by newInformer
+// and given handler(name)'s events when started.
+func NewInformers(names []string, newInformer func(name string) cache.SharedIndexInformer, handler func(name string) cache.ResourceEventHandler) *Informers {
+	names = append([]string(nil), names...)
+	sort.Strings(names)
+	return &Informers{names: names, make: newInformer, handler: handler}
+}
+
+// Start makes and runs every informer on ctx, once; later calls return
+// the first one's error. Once all have synced, warm is called (from a
+// goroutine of its own). It returns at once.
+func (in *Informers) Start(ctx context.Context, warm func()) error {
+	in.once.Do(func() {
+		byName := make(map[string]*Informer, len(in.names))
+		for _, name := range in.names {
+			inf := &Informer{SharedIndexInformer: in.make(name)}
+			if _, err := inf.AddEventHandler(in.handler(name)); err != nil {
+				in.err = err
+				return
+			}
+			byName[name] = inf
+		}
+		in.byName = byName
+		for _, inf := range byName {
+			go inf.Run(ctx.Done())
+		}
+		in.started.Store(true)
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), in.Synced()...) && warm != nil {
+				warm()
+			}
+		}()
+	})
+	return in.err
+}
+
+// Started reports whether Start has run successfully.
+func (in *Informers) Started() bool { return in.started.Load() }
+
+// Warm reports whether Start has run and every informer has synced: a
+// standby that could take over without a LIST (for /readyz).
+func (in *Informers) Warm() bool {
+	if !in.Started() {
+		return false
+	}
+	for _, inf := range in.byName {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Synced is every informer's HasSynced; nil before Start.
+func (in *Informers) Synced() []cache.InformerSynced {
+	if !in.Started() {
+		return nil
+	}
+	out := make([]cache.InformerSynced, 0, len(in.byName))
+	for _, name := range in.names {
+		out = append(out, in.byName[name].HasSynced)
+	}
+	return out
+}
+
+// Get is name's informer; nil before Start or for a name not given.
+func (in *Informers) Get(name string) *Informer {
+	if !in.Started() {
+		return nil
+	}
+	return in.byName[name]
+}
+
+// MarkCatchUp marks every informer with the resourceVersion rv reads for
+// its name (a quorum LIST), each read bounded by MarkTimeout: a slow
+// apiserver must not hold up a takeover. An informer whose read failed
+// stays behind for good (every request is read again before it is
+// signed), and the failure is logged at default verbosity.
+func (in *Informers) MarkCatchUp(ctx context.Context, rv func(ctx context.Context, name string) (string, error)) {
+	for _, name := range in.names {
+		if err := in.byName[name].catchUp.Mark(ctx, func(ctx context.Context) (string, error) {
+			ctx, cancel := context.WithTimeout(ctx, MarkTimeout)
+			defer cancel()
+			return rv(ctx, name)
+		}); err != nil {
+			klog.FromContext(ctx).Error(err, "Reading the current resourceVersion after taking over; every request is read again before it is signed", "signer", name)
+		}
+	}
+}
+
+// Prepared returns Informers that count as started, holding infs as they
+// are: none is run (unit tests fill their stores by hand).
+func Prepared(infs map[string]cache.SharedIndexInformer) *Informers {
+	in := &Informers{byName: map[string]*Informer{}}
+	for name, inf := range infs {
+		in.names = append(in.names, name)
+		in.byName[name] = &Informer{SharedIndexInformer: inf}
+	}
+	sort.Strings(in.names)
+	in.once.Do(func() {})
+	in.started.Store(true)
+	return in
+}
