@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 )
 
 // ErrFenced is returned by Fence.Bound when this replica may not act as the
@@ -43,7 +44,13 @@ type Fence struct {
 	now    func() time.Time
 	// refused counts Bound's ErrFenced answers.
 	refused atomic.Uint64
+	// loggedLate is when Bound last logged a refusal while the Lease was
+	// still held (renewals late); under mu.
+	loggedLate time.Time
 }
+
+// lateLogEvery spaces Bound's lines about late renewals.
+const lateLogEvery = time.Minute
 
 // NewFence returns a closed fence.
 func NewFence() *Fence { return &Fence{now: time.Now} }
@@ -81,12 +88,30 @@ func (f *Fence) Bound(ctx context.Context) (context.Context, context.CancelFunc,
 		return ctx, func() {}, nil
 	}
 	until := f.Until()
-	if !f.clock().Before(until) {
+	if now := f.clock(); !now.Before(until) {
 		f.refused.Add(1)
+		f.logLate(ctx, now, until)
 		return ctx, func() {}, ErrFenced
 	}
 	bctx, cancel := context.WithDeadlineCause(ctx, until, ErrFenced)
 	return bctx, cancel, nil
+}
+
+// logLate logs, at most once per lateLogEvery, that the fence refused work
+// while this replica still held the Lease: its last renewal was sent
+// renewDeadline ago or more, so renewals are slower than the leader
+// election settings allow. (A replica that lost the Lease logs that and
+// exits; it logs nothing here.)
+func (f *Fence) logLate(ctx context.Context, now, until time.Time) {
+	f.mu.Lock()
+	if !f.leading || (!f.loggedLate.IsZero() && now.Sub(f.loggedLate) < lateLogEvery) {
+		f.mu.Unlock()
+		return
+	}
+	f.loggedLate = now
+	f.mu.Unlock()
+	klog.FromContext(ctx).Info("Not signing until the Lease is renewed: its last renewal is older than renewDeadline; Lease writes are slow (see keyward_leader_fence_refused_total and docs/troubleshooting.md#keywardleaserenewalslate)",
+		"lateBy", now.Sub(until).Round(time.Millisecond))
 }
 
 // Refused is how many times Bound has answered ErrFenced.

@@ -1,13 +1,17 @@
 package kubeclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 )
 
 // fakeLock is a Lease lock whose writes succeed or fail on demand.
@@ -119,5 +123,41 @@ func TestNilFenceIsOpen(t *testing.T) {
 	defer cancel()
 	if err != nil || got != ctx || !f.Open() {
 		t.Errorf("nil fence: %v, same ctx %v, open %v", err, got == ctx, f.Open())
+	}
+}
+
+// A fence shut while the Lease is still held (renewals late) says so at
+// the default verbosity, once a minute at most; a replica that lost the
+// Lease says nothing here (it logs the loss and exits).
+func TestFenceLogsLateRenewalsOnceAMinute(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := &Fence{now: func() time.Time { return now }}
+	f.renewed(now, 750*time.Millisecond)
+	var buf bytes.Buffer
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0), textlogger.Output(&buf))))
+	lines := func() int { return strings.Count(buf.String(), "Not signing until the Lease is renewed") }
+
+	now = now.Add(800 * time.Millisecond)
+	for range 50 {
+		if _, _, err := f.Bound(ctx); !errors.Is(err, ErrFenced) {
+			t.Fatalf("late renewal: %v, want ErrFenced", err)
+		}
+	}
+	if lines() != 1 {
+		t.Fatalf("%d lines for 50 refusals in a moment, want 1:\n%s", lines(), buf.String())
+	}
+	now = now.Add(time.Minute)
+	_, _, _ = f.Bound(ctx)
+	if lines() != 2 {
+		t.Fatalf("%d lines a minute later, want 2", lines())
+	}
+	f.close()
+	now = now.Add(2 * time.Minute)
+	_, _, _ = f.Bound(ctx)
+	if lines() != 2 {
+		t.Fatalf("a fence closed for good logged %d lines, want still 2", lines())
+	}
+	if f.Refused() != 52 {
+		t.Errorf("Refused() = %d, want 52", f.Refused())
 	}
 }

@@ -15,8 +15,12 @@ import (
 // apiserver before it is signed.
 //
 // The mark is the resourceVersion of a quorum read made once leading; the
-// informer has caught up once its last resourceVersion (from a watch event
-// or bookmark) is at or past it. Resource versions are compared as the
+// informer has caught up once its store has applied a resourceVersion (of
+// an object, a list or a bookmark) at or past it. The store's, not the
+// reflector's: the reflector's LastSyncResourceVersion moves when an event
+// is queued, before the store and the handlers have it. client-go keeps
+// the store's only with its AtomicFIFO feature (on by default since 1.36);
+// without it the store answers "" and the informer stays behind. Resource versions are compared as the
 // etcd revisions kube-apiserver serves; one that is not a number keeps
 // the informer "behind" for good, which only costs a read per signature.
 // The zero CatchUp (never Marked) is caught up: an informer started once
@@ -47,16 +51,16 @@ func (c *CatchUp) Mark(ctx context.Context, rv func(context.Context) (string, er
 	return nil
 }
 
-// Versioned is what Fresh needs of an informer
-// (cache.SharedIndexInformer has it).
-type Versioned interface{ LastSyncResourceVersion() string }
+// Versioned is what Fresh needs of an informer's store (its
+// cache.Indexer has it).
+type Versioned interface{ LastStoreSyncResourceVersion() string }
 
-// Fresh reports whether inf has caught up with the mark.
-func (c *CatchUp) Fresh(inf Versioned) bool {
+// Fresh reports whether the store has caught up with the mark.
+func (c *CatchUp) Fresh(store Versioned) bool {
 	if !c.marked.Load() || c.done.Load() {
 		return true
 	}
-	n, err := strconv.ParseUint(inf.LastSyncResourceVersion(), 10, 64)
+	n, err := strconv.ParseUint(store.LastStoreSyncResourceVersion(), 10, 64)
 	if err != nil || n < c.mark.Load() {
 		return false
 	}

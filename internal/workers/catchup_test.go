@@ -8,7 +8,7 @@ import (
 
 type rv string
 
-func (v *rv) LastSyncResourceVersion() string { return string(*v) }
+func (v *rv) LastStoreSyncResourceVersion() string { return string(*v) }
 
 func TestCatchUp(t *testing.T) {
 	ctx := context.Background()

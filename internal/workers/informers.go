@@ -33,9 +33,9 @@ type Informer struct {
 	catchUp CatchUp
 }
 
-// Fresh reports whether the informer shows every write made before its
-// mark (CatchUp.Fresh); an informer never marked is fresh.
-func (i *Informer) Fresh() bool { return i.catchUp.Fresh(i.SharedIndexInformer) }
+// Fresh reports whether the informer's store holds every write made
+// before its mark (CatchUp.Fresh); an informer never marked is fresh.
+func (i *Informer) Fresh() bool { return i.catchUp.Fresh(i.GetIndexer()) }
 
 // NewInformers returns the informers of names, each made by newInformer
 // and given handler(name)'s events when started.

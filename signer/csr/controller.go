@@ -453,6 +453,10 @@ func (c *Controller) issue(ctx context.Context, s *signerState, csr *certv1.Cert
 	c.update(csr.UID, func(r *reqRecord) {
 		r.certificate, r.serial, r.notAfter = out, leaf.SerialNumber.Text(16), leaf.NotAfter
 	})
+	// Before the write, as for PCRs: a certificate whose write answer is
+	// lost, or a replica killed mid-write, is still named in the log.
+	klog.FromContext(ctx).Info("CSR certificate signed", "csr", csr.Name, "signer", s.Policy.Name, "uid", string(csr.UID),
+		"serial", leaf.SerialNumber.Text(16), "caKeyID", auth.Signer().KeyVersion())
 	return out, nil
 }
 
@@ -483,7 +487,7 @@ func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.Cert
 		case apierrors.IsNotFound(err):
 			c.drop(csr.UID)
 			return 0, nil
-		case apierrors.IsForbidden(err):
+		case pcr.IsMissingGrant(err):
 			c.opts.Permissions.Refused(ctx, s.Policy.Name, err.Error())
 			return permissionWait, nil
 		case apierrors.IsConflict(err) && attempt < 3:
@@ -505,7 +509,9 @@ func (c *Controller) write(ctx context.Context, s *signerState, csr *certv1.Cert
 				return 0, nil
 			}
 			cur = fresh.DeepCopy()
-		case apierrors.IsInvalid(err):
+		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+			// Invalid, or refused by an admission webhook or policy (a
+			// missing grant is handled above).
 			c.update(csr.UID, func(r *reqRecord) { r.certificate = nil })
 			return c.fail(ctx, s, csr, violation(ReasonStatusRejected, "kube-apiserver refused the certificate: %v", err))
 		default:
@@ -616,11 +622,12 @@ func (c *Controller) fail(ctx context.Context, s *signerState, csr *certv1.Certi
 	case apierrors.IsNotFound(err):
 		c.drop(csr.UID)
 		return 0, nil
-	case apierrors.IsForbidden(err):
+	case pcr.IsMissingGrant(err):
 		c.opts.Permissions.Refused(ctx, s.Policy.Name, err.Error())
 		return permissionWait, nil
 	case err != nil:
-		// A conflict is retried on the informer's newer copy.
+		// A conflict is retried on the informer's newer copy; a refusal
+		// by an admission webhook or policy, with backoff.
 		return 0, err
 	}
 	c.update(csr.UID, func(r *reqRecord) { r.written, r.certificate = true, nil })

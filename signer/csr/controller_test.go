@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"github.com/keyward/keyward/internal/workers"
 	"testing"
 	"time"
@@ -243,5 +244,62 @@ func TestAnUnparsableRequestIsFailed(t *testing.T) {
 	}
 	if conds := updates[0].Status.Conditions; conds[len(conds)-1].Reason != ReasonInvalidRequest {
 		t.Fatalf("conditions %+v, want Failed %s", conds, ReasonInvalidRequest)
+	}
+}
+
+type refusals struct{ n int }
+
+func (*refusals) Blocked(string) error                      { return nil }
+func (r *refusals) Refused(context.Context, string, string) { r.n++ }
+
+// A 403 is a missing grant only when RBAC says so: an admission webhook or
+// policy that refuses the certificate fails this CSR (StatusRejected) and
+// blocks nothing; RBAC's "cannot update resource" blocks the signer name.
+func TestAForbiddenWriteIsAMissingGrantOnlyWhenRBACSaysSo(t *testing.T) {
+	gr := schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests/status"}
+	for _, tc := range []struct {
+		name        string
+		err         error
+		wantRefused int
+		wantFailed  bool
+	}{
+		{"an admission webhook", apierrors.NewForbidden(gr, "webhook", errors.New(`admission webhook "policy.example.com" denied the request: certificates need approval by the security team`)), 0, true},
+		{"RBAC", apierrors.NewForbidden(gr, "rbac", errors.New(`User "system:serviceaccount:keyward:keyward-signer" cannot update resource "certificatesigningrequests/status" in API group "certificates.k8s.io" at the cluster scope`)), 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, counting := unitSigner(t)
+			req := unitCSR(t, "forbidden", unitName, true)
+			c, client := unitController(t, s, nil, req)
+			perms := &refusals{}
+			c.opts.Permissions = perms
+			client.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				u := a.(k8stesting.UpdateAction).GetObject().(*certv1.CertificateSigningRequest)
+				if a.GetSubresource() == "status" && len(u.Status.Certificate) > 0 {
+					return true, nil, tc.err
+				}
+				return false, nil, nil
+			})
+			wait, err := c.sync(context.Background(), queueKey{signer: unitName, name: req.Name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perms.n != tc.wantRefused {
+				t.Errorf("Refused called %d times, want %d", perms.n, tc.wantRefused)
+			}
+			var failed bool
+			for _, u := range statusUpdates(client) {
+				for _, cond := range u.Status.Conditions {
+					if cond.Type == certv1.CertificateFailed && cond.Reason == ReasonStatusRejected {
+						failed = true
+					}
+				}
+			}
+			if failed != tc.wantFailed {
+				t.Errorf("Failed %s written: %v, want %v (wait %s)", ReasonStatusRejected, failed, tc.wantFailed, wait)
+			}
+			if counting.Signatures() != 1 {
+				t.Errorf("signatures %d, want 1", counting.Signatures())
+			}
+		})
 	}
 }

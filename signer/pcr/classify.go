@@ -96,6 +96,14 @@ func (w writeResult) String() string {
 }
 
 // classifyWrite reads kube-apiserver's answer to a status write.
+// IsMissingGrant reports whether err is kube-apiserver refusing an update
+// for lack of an RBAC grant ("User … cannot update resource …"). An
+// admission webhook or policy that denies the write answers 403 too, and
+// that is a refusal of that one status, not a missing grant.
+func IsMissingGrant(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), " cannot update resource ")
+}
+
 func classifyWrite(err error) writeResult {
 	switch {
 	case err == nil:
@@ -105,10 +113,7 @@ func classifyWrite(err error) writeResult {
 	case apierrors.IsConflict(err):
 		return writeConflict
 	case apierrors.IsForbidden(err):
-		// RBAC says "User … cannot update resource …"; an admission
-		// webhook or policy that denies the write answers 403 too, and
-		// that is a refusal of this status, not a missing grant.
-		if strings.Contains(err.Error(), " cannot update resource ") {
+		if IsMissingGrant(err) {
 			return writeNoPermission
 		}
 		return writeRejected

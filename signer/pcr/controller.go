@@ -4,9 +4,13 @@
 // terminal condition: Issued, Denied (a policy refusal) or Failed (a
 // permanent backend error, or a CA-key outage longer than FailAfter).
 // Transient errors are retried with capped backoff and never become Failed
-// by default, because kubelet treats Failed as permanent. The CA key signs
-// at most once per request, plus once more only when kube-apiserver refuses
-// the certificate's notBefore as outside its window.
+// by default, because kubelet treats Failed as permanent. A replica signs
+// once per request and writes that certificate again after a transient
+// failure; it signs again only when kube-apiserver refused the
+// certificate (its notBefore outside the window, once per clock-skew pause
+// while that lasts) or the signature was cut off at the Lease's fence.
+// After a failover the next leader signs what the last one had signed but
+// not written (docs/signer.md, "High availability").
 package pcr
 
 import (
@@ -505,6 +509,22 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 
 	cert := rec.cert
 	if cert == nil {
+		if !c.informers.Get(s.Name).Fresh() {
+			// Just took over, and the cache may not show yet what the
+			// previous leader wrote: one quorum read says whether the
+			// request is still to be decided (before a rate-limit token
+			// is spent on it).
+			stored, _, err := c.api.stored(ctx, r.namespace, r.name)
+			switch {
+			case apierrors.IsNotFound(err):
+				return 0, nil
+			case err != nil:
+				return 0, err
+			case stored.uid != r.uid || stored.terminal:
+				// Decided already; the informer's event drops the record.
+				return 0, nil
+			}
+		}
 		if d := c.check(s, r); d != nil {
 			return c.terminal(ctx, s, r, "Denied", d.Reason, d.Message)
 		}
@@ -520,21 +540,6 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		}
 		if err := stop.Err(); err != nil {
 			return 0, err
-		}
-		if !c.informers.Get(s.Name).Fresh() {
-			// Just took over, and the cache may not show yet what the
-			// previous leader wrote: one quorum read says whether the
-			// request is still to be signed.
-			stored, _, err := c.api.stored(ctx, r.namespace, r.name)
-			switch {
-			case apierrors.IsNotFound(err):
-				return 0, nil
-			case err != nil:
-				return 0, err
-			case stored.uid != r.uid || stored.terminal:
-				// Decided already; the informer's event drops the record.
-				return 0, nil
-			}
 		}
 		auth, gen, err := s.Issuer.Current()
 		if err != nil {

@@ -58,6 +58,9 @@ func (e *MissingPermissionError) resourcePath() string {
 // requiredPermissions are what the PodCertificateRequest signer needs,
 // besides `sign` on each signer name.
 var requiredPermissions = []MissingPermissionError{
+	// get: the re-read after a takeover and of a status whose write answer
+	// was lost.
+	{Verb: "get", Resource: "podcertificaterequests"},
 	{Verb: "list", Resource: "podcertificaterequests"},
 	{Verb: "watch", Resource: "podcertificaterequests"},
 	{Verb: "update", Resource: "podcertificaterequests", Subresource: "status"},
@@ -66,6 +69,9 @@ var requiredPermissions = []MissingPermissionError{
 // csrPermissions are what the CertificateSigningRequest signer needs,
 // besides `sign` on each of its signer names.
 var csrPermissions = []MissingPermissionError{
+	// get: the re-read after a takeover and before writing again after a
+	// conflict.
+	{Verb: "get", Resource: "certificatesigningrequests"},
 	{Verb: "list", Resource: "certificatesigningrequests"},
 	{Verb: "watch", Resource: "certificatesigningrequests"},
 	{Verb: "update", Resource: "certificatesigningrequests", Subresource: "status"},

@@ -35,7 +35,7 @@ func gateAgainst(t *testing.T, granted map[string]bool, names ...string) *Permis
 }
 
 var pcrGrants = map[string]bool{
-	"list podcertificaterequests": true, "watch podcertificaterequests": true, "update podcertificaterequests/status": true,
+	"get podcertificaterequests": true, "list podcertificaterequests": true, "watch podcertificaterequests": true, "update podcertificaterequests/status": true,
 }
 
 func withGrants(extra ...string) map[string]bool {
@@ -62,7 +62,7 @@ func TestPermissionGateChecksAsTheApiserverDoes(t *testing.T) {
 		{name: "sign on the domain wildcard is enough", names: []string{"keyward.dev/a"}, granted: withGrants("sign signers keyward.dev/*")},
 		{name: "the wildcard covers only its own domain", names: both, granted: withGrants("sign signers keyward.dev/*"), wantMissing: []string{"example.com/b"}},
 		{name: "no sign grant blocks only that name", names: both, granted: withGrants("sign signers keyward.dev/a"), wantMissing: []string{"example.com/b"}},
-		{name: "no status update blocks every name", names: both, granted: map[string]bool{"list podcertificaterequests": true, "watch podcertificaterequests": true,
+		{name: "no status update blocks every name", names: both, granted: map[string]bool{"get podcertificaterequests": true, "list podcertificaterequests": true, "watch podcertificaterequests": true,
 			"sign signers keyward.dev/*": true, "sign signers example.com/b": true}, wantGeneral: true},
 	}
 	for _, tc := range cases {
@@ -150,7 +150,7 @@ func TestPermissionGateBlocksUntilACheckAnswers(t *testing.T) {
 // rechecks, is one error line, and every signer name reports it (the
 // keyward_signer_permission_missing gauge); it coming back is reported too.
 func TestAMissingGeneralGrantIsReportedOncePerChange(t *testing.T) {
-	granted := map[string]bool{"list podcertificaterequests": true, "watch podcertificaterequests": true, "sign signers keyward.dev/*": true}
+	granted := map[string]bool{"get podcertificaterequests": true, "list podcertificaterequests": true, "watch podcertificaterequests": true, "sign signers keyward.dev/*": true}
 	g := gateAgainst(t, granted, "keyward.dev/a", "keyward.dev/b")
 	state := map[string]bool{}
 	g.onState = func(n string, missing bool) { state[n] = missing }
@@ -177,7 +177,7 @@ func TestAMissingGeneralGrantIsReportedOncePerChange(t *testing.T) {
 // A signer serving CertificateSigningRequests needs their grants (and,
 // serving only them, not the PodCertificateRequest ones).
 func TestPermissionGateChecksTheGrantsOfTheKindsServed(t *testing.T) {
-	csrGrants := []string{"list certificatesigningrequests", "watch certificatesigningrequests", "update certificatesigningrequests/status", "sign signers kubernetes.io/kubelet-serving"}
+	csrGrants := []string{"get certificatesigningrequests", "list certificatesigningrequests", "watch certificatesigningrequests", "update certificatesigningrequests/status", "sign signers kubernetes.io/kubelet-serving"}
 	only := func(gs ...string) map[string]bool {
 		m := map[string]bool{}
 		for _, g := range gs {
