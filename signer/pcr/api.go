@@ -236,7 +236,10 @@ func (v1API) transform(obj any) (any, error) {
 		return newStub(p.ObjectMeta, p.Spec.SignerName), nil
 	}
 	p.ObjectMeta = trimMeta(p.ObjectMeta)
-	return newDecoded(decodeV1(p)), nil
+	d := newDecoded(decodeV1(p))
+	// Parsed now; a status write does not need it (cache.go).
+	p.Spec.StubPKCS10Request = nil
+	return d, nil
 }
 
 func (v1API) toRequest(obj any) (*request, error) {
@@ -334,7 +337,11 @@ func (v1beta1API) transform(obj any) (any, error) {
 		return newStub(p.ObjectMeta, p.Spec.SignerName), nil
 	}
 	p.ObjectMeta = trimMeta(p.ObjectMeta)
-	return newDecoded(decodeV1beta1(p)), nil
+	d := newDecoded(decodeV1beta1(p))
+	// Parsed (and the proof checked) now; a status write does not need
+	// them (cache.go).
+	p.Spec.StubPKCS10Request, p.Spec.PKIXPublicKey, p.Spec.ProofOfPossession = nil, nil, nil
+	return d, nil
 }
 
 func (v1beta1API) toRequest(obj any) (*request, error) {

@@ -13,14 +13,18 @@ import (
 //   - a pending request is trimmed to name, namespace, uid, resourceVersion,
 //     creation and deletion times, spec and status, and stored as *decoded
 //     with its decoded form, so it is parsed once per version of the object
-//     however often the controller looks at it;
+//     however often the controller looks at it; the spec's key material
+//     (stubPKCS10Request, and in v1beta1 pkixPublicKey and
+//     proofOfPossession) is dropped once parsed, about 0.3 KB a request
+//     while it waits (docs/benchmarks.md, the burst's heap at its peak);
 //   - a terminal request is reduced to a *stub: name, namespace, uid,
 //     resourceVersion, creation and deletion times and spec.signerName, in
 //     a struct of its own (a typed object with only these fields set
 //     still costs its 528-byte struct and a condition).
 //
 // A status write of a trimmed object's DeepCopy is complete: on
-// /status kube-apiserver takes spec, labels, annotations, owner references
+// /status kube-apiserver takes spec (the key material included), labels,
+// annotations, owner references
 // and finalizers from the stored object, and keeps the stored managedFields
 // when the request carries none (TestTransformedRequestStatusWrite in
 // softhsm-tests proves it against the real apiserver).

@@ -100,7 +100,7 @@ func TestTransform(t *testing.T) {
 		}
 	})
 
-	t.Run("a pending request keeps spec, identity and resourceVersion, and drops managedFields, labels, annotations and owners", func(t *testing.T) {
+	t.Run("a pending request keeps spec but its parsed key, identity and resourceVersion, and drops managedFields, labels, annotations and owners", func(t *testing.T) {
 		p := pendingPCR(t)
 		got, err := api.transform(p.DeepCopy())
 		if err != nil {
@@ -111,9 +111,14 @@ func TestTransform(t *testing.T) {
 			t.Fatalf("stored %T, want *decoded", got)
 		}
 		obj := d.r.obj.(*certv1.PodCertificateRequest)
+		spec := *p.Spec.DeepCopy()
+		spec.StubPKCS10Request = nil
 		want := &certv1.PodCertificateRequest{
 			ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, CreationTimestamp: p.CreationTimestamp},
-			Spec:       p.Spec,
+			Spec:       spec,
+		}
+		if d.r.publicKey == nil || d.r.keyErr != nil {
+			t.Fatalf("the stub's key was not parsed before it was dropped: %v", d.r.keyErr)
 		}
 		if !equality.Semantic.DeepEqual(obj, want) {
 			t.Fatalf("trimmed\n%+v\nwant\n%+v", obj, want)
@@ -172,8 +177,13 @@ func TestTransform(t *testing.T) {
 		p := v1beta1PKIX(t, mustKey(t).Public(), nil)
 		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 		got, _ := b.transform(p.DeepCopy())
-		if obj := got.(*decoded).r.obj.(*certv1beta1.PodCertificateRequest); obj.ManagedFields != nil || !reflect.DeepEqual(obj.Spec, p.Spec) {
-			t.Fatalf("trimmed v1beta1 request %+v", obj)
+		spec := *p.Spec.DeepCopy()
+		spec.PKIXPublicKey, spec.ProofOfPossession = nil, nil
+		if d := got.(*decoded); d.r.obj.(*certv1beta1.PodCertificateRequest).ManagedFields != nil ||
+			!reflect.DeepEqual(d.r.obj.(*certv1beta1.PodCertificateRequest).Spec, spec) || d.r.keyErr == nil {
+			// The fixture's proof is empty: the key was looked at (and
+			// refused) before the key material was dropped.
+			t.Fatalf("trimmed v1beta1 request %+v (key error %v)", d.r.obj, d.r.keyErr)
 		}
 		p.Status.Conditions = []metav1.Condition{{Type: "Denied", Status: metav1.ConditionTrue, Reason: "InvalidProofOfPossession", Message: strings.Repeat("m", 1000)}}
 		got, _ = b.transform(p.DeepCopy())
