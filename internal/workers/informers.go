@@ -37,6 +37,18 @@ type Informer struct {
 // before its mark (CatchUp.Fresh); an informer never marked is fresh.
 func (i *Informer) Fresh() bool { return i.catchUp.Fresh(i.GetIndexer()) }
 
+// Handlers is the usual handler of a controller's informers: adds and
+// updates are enqueued under their signer name, deletes forgotten.
+func Handlers(enqueue func(signer string, obj any), forget func(obj any)) func(signer string) cache.ResourceEventHandler {
+	return func(signer string) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { enqueue(signer, obj) },
+			UpdateFunc: func(_, obj any) { enqueue(signer, obj) },
+			DeleteFunc: forget,
+		}
+	}
+}
+
 // NewInformers returns the informers of names, each made by newInformer
 // and given handler(name)'s events when started.
 func NewInformers(names []string, newInformer func(name string) cache.SharedIndexInformer, handler func(name string) cache.ResourceEventHandler) *Informers {

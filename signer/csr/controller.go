@@ -167,7 +167,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.signers[s.Policy.Name] = &signerState{Signer: s}
 	}
-	c.informers = workers.NewInformers(slices.Collect(maps.Keys(c.signers)), c.newInformer, c.handler)
+	c.informers = workers.NewInformers(slices.Collect(maps.Keys(c.signers)), c.newInformer, workers.Handlers(c.enqueue, c.forget))
 	return c, nil
 }
 
@@ -205,15 +205,6 @@ func (c *Controller) Start(ctx context.Context) error {
 	return c.informers.Start(ctx, func() {
 		klog.FromContext(ctx).Info("CSR caches warm", "signers", len(c.signers))
 	})
-}
-
-// handler is the informer events of signer name's CSRs.
-func (c *Controller) handler(signer string) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueue(signer, obj) },
-		UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
-		DeleteFunc: func(obj any) { c.forget(obj) },
-	}
 }
 
 // Run starts the informers unless Start did, and the workers, and blocks

@@ -311,7 +311,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.signers[s.Name] = &signerState{Signer: s, limits: newLimiters(s.PerNode, s.PerNamespace)}
 	}
-	c.informers = workers.NewInformers(slices.Collect(maps.Keys(c.signers)), api.newInformer, c.handler)
+	c.informers = workers.NewInformers(slices.Collect(maps.Keys(c.signers)), api.newInformer, workers.Handlers(c.enqueue, c.forget))
 	if err := opts.Metrics.registerQueueGauges(c.queue.Len, c.records.pending); err != nil {
 		return nil, err
 	}
@@ -337,15 +337,6 @@ func (c *Controller) Start(ctx context.Context) error {
 		debug.FreeOSMemory()
 		klog.FromContext(ctx).Info("Caches warm", "signers", len(c.signers))
 	})
-}
-
-// handler is the informer events of signer name's requests.
-func (c *Controller) handler(signer string) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueue(signer, obj) },
-		UpdateFunc: func(_, obj any) { c.enqueue(signer, obj) },
-		DeleteFunc: func(obj any) { c.forget(obj) },
-	}
 }
 
 // Run starts the informers unless Start did, and the workers, and blocks
