@@ -94,6 +94,8 @@ type Controller struct {
 	synced atomic.Bool
 	// informers are started once, standing by or leading.
 	informers *workers.Informers
+	// loud spaces the loud retry lines per signer name.
+	loud workers.Loud
 
 	mu      sync.Mutex
 	records map[types.UID]*reqRecord
@@ -323,10 +325,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	workers.Settle(c.queue, key, after, err, func(loud bool, attempts int) {
 		logger := klog.FromContext(ctx)
 		if loud {
-			logger.Error(err, "CSR still not signed; retrying with backoff", "csr", key.name, "signer", key.signer, "attempts", attempts)
-		} else {
-			logger.V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
+			loud, held := c.loud.Allow(key.signer, c.opts.Clock.Now())
+			if loud {
+				logger.Error(err, "CSR still not signed; retrying with backoff (one such line per signer name a minute)",
+					"csr", key.name, "signer", key.signer, "attempts", attempts, "othersHeldBack", held)
+				return
+			}
 		}
+		logger.V(2).Info("Retrying CSR", "csr", key.name, "signer", key.signer, "err", err)
 	})
 	return true
 }

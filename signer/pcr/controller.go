@@ -183,6 +183,8 @@ type Controller struct {
 	synced atomic.Bool
 	// informers are started once, standing by or leading.
 	informers *workers.Informers
+	// loud spaces the loud retry lines per signer name.
+	loud workers.Loud
 }
 
 type signerState struct {
@@ -424,10 +426,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.opts.Metrics.Retries.WithLabelValues(key.signer).Inc()
 		logger := klog.FromContext(ctx)
 		if loud {
-			logger.Error(err, "Request still not done; retrying with backoff", "pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", attempts)
-		} else {
-			logger.V(2).Info("Retrying", "pcr", klog.KRef(key.namespace, key.name), "err", err)
+			loud, held := c.loud.Allow(key.signer, c.opts.Clock.Now())
+			if loud {
+				logger.Error(err, "Request still not done; retrying with backoff (one such line per signer name a minute; keyward_pcr_retries_total counts every retry)",
+					"pcr", klog.KRef(key.namespace, key.name), "signer", key.signer, "attempts", attempts, "othersHeldBack", held)
+				return
+			}
 		}
+		logger.V(2).Info("Retrying", "pcr", klog.KRef(key.namespace, key.name), "err", err)
 	})
 	return true
 }
