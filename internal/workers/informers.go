@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -25,6 +26,8 @@ type Informers struct {
 	started atomic.Bool
 	// byName is written once, in Start, before any informer runs.
 	byName map[string]*Informer
+	// markRetry is the first wait before a failed mark is read again.
+	markRetry time.Duration
 }
 
 // Informer is one signer name's informer and its catch-up mark.
@@ -54,7 +57,7 @@ func Handlers(enqueue func(signer string, obj any), forget func(obj any)) func(s
 func NewInformers(names []string, newInformer func(name string) cache.SharedIndexInformer, handler func(name string) cache.ResourceEventHandler) *Informers {
 	names = append([]string(nil), names...)
 	sort.Strings(names)
-	return &Informers{names: names, make: newInformer, handler: handler}
+	return &Informers{names: names, make: newInformer, handler: handler, markRetry: markRetry}
 }
 
 // Start makes and runs every informer on ctx, once; later calls return
@@ -123,26 +126,58 @@ func (in *Informers) Get(name string) *Informer {
 }
 
 // MarkCatchUp marks every informer with the resourceVersion rv reads for
-// its name (a quorum LIST), each read bounded by MarkTimeout: a slow
-// apiserver must not hold up a takeover. An informer whose read failed
-// stays behind for good (every request is read again before it is
-// signed), and the failure is logged at default verbosity.
+// its name (a quorum LIST), the names in parallel, each read bounded by
+// MarkTimeout: a slow apiserver must not hold up a takeover. An informer
+// whose read failed stays behind (every request is read again before it
+// is signed) while the read is retried in the background with backoff
+// until it succeeds or ctx ends; the failure is logged at default
+// verbosity, once, and so is the success that ends it.
 func (in *Informers) MarkCatchUp(ctx context.Context, rv func(ctx context.Context, name string) (string, error)) {
+	logger := klog.FromContext(ctx)
+	var wg sync.WaitGroup
 	for _, name := range in.names {
-		if err := in.byName[name].catchUp.Mark(ctx, func(ctx context.Context) (string, error) {
+		inf := in.byName[name]
+		read := func(ctx context.Context) (string, error) {
 			ctx, cancel := context.WithTimeout(ctx, MarkTimeout)
 			defer cancel()
 			return rv(ctx, name)
-		}); err != nil {
-			klog.FromContext(ctx).Error(err, "Reading the current resourceVersion after taking over; every request is read again before it is signed", "signer", name)
 		}
+		wg.Go(func() {
+			err := inf.catchUp.Mark(ctx, read)
+			if err == nil {
+				return
+			}
+			logger.Error(err, "Reading the current resourceVersion after taking over; until a retry succeeds every request is read again before it is signed", "signer", name)
+			go func() {
+				delay := in.markRetry
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(delay):
+					}
+					if err := inf.catchUp.Mark(ctx, read); err == nil {
+						logger.Info("Read the current resourceVersion after taking over", "signer", name)
+						return
+					}
+					delay = min(2*delay, maxMarkRetry)
+				}
+			}()
+		})
 	}
+	wg.Wait()
 }
+
+// The backoff of MarkCatchUp's retries.
+const (
+	markRetry    = time.Second
+	maxMarkRetry = 30 * time.Second
+)
 
 // Prepared returns Informers that count as started, holding infs as they
 // are: none is run (unit tests fill their stores by hand).
 func Prepared(infs map[string]cache.SharedIndexInformer) *Informers {
-	in := &Informers{byName: map[string]*Informer{}}
+	in := &Informers{byName: map[string]*Informer{}, markRetry: markRetry}
 	for name, inf := range infs {
 		in.names = append(in.names, name)
 		in.byName[name] = &Informer{SharedIndexInformer: inf}

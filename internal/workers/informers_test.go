@@ -84,3 +84,40 @@ func TestInformersStartOnceWarmAndMark(t *testing.T) {
 		t.Error("informers at resourceVersion 7 are not fresh against a mark of 7")
 	}
 }
+
+// A mark whose read failed is read again in the background until it
+// succeeds: the informer is behind meanwhile, and fresh once it has caught
+// up with the mark finally read.
+func TestAFailedMarkIsRetried(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := NewInformers([]string{"a"}, func(string) cache.SharedIndexInformer { return newListInformer("7") },
+		func(string) cache.ResourceEventHandler { return cache.ResourceEventHandlerFuncs{} })
+	in.markRetry = 10 * time.Millisecond
+	if err := in.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), in.Synced()...) {
+		t.Fatal("not synced")
+	}
+	var reads atomic.Int32
+	in.MarkCatchUp(ctx, func(context.Context, string) (string, error) {
+		if reads.Add(1) <= 3 {
+			return "", errors.New("apiserver slow")
+		}
+		return "7", nil
+	})
+	if in.Get("a").Fresh() {
+		t.Fatal("fresh right after a failed mark")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !in.Get("a").Fresh() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still behind after %d reads", reads.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := reads.Load(); n != 4 {
+		t.Errorf("%d reads, want 4 (three failures, then the mark)", n)
+	}
+}
