@@ -29,15 +29,15 @@ func Leading(g prometheus.Gauge, lead func(context.Context) error) func(context.
 // NewFenceRefusals is keyward_leader_fence_refused_total{lease}: how many
 // times this replica's fence refused to let a signature or status write
 // start (it held the Lease but had not renewed it within renewDeadline, or
-// no longer held it). A request waiting at a shut fence is tried again
-// every 100 ms, and each try counts; operations cut off under way are not
-// counted. A steady rise on the leader means its Lease renewals are late:
+// no longer held it). A refused request waits, parked, until the fence
+// opens again, so each counts about once per time the fence shuts;
+// operations cut off under way are not counted. A steady rise on the leader means its Lease renewals are late:
 // the control plane is slower than the leaderElection settings allow
 // (docs/signer.md, "The trade").
 func NewFenceRefusals(lease string, f *Fence) prometheus.CounterFunc {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name:        "keyward_leader_fence_refused_total",
-		Help:        "Tries to start a signature or status write refused because this replica could not be sure it still held the Lease (a waiting request is tried every 100 ms).",
+		Help:        "Tries to start a signature or status write refused because this replica could not be sure it still held the Lease (a refused request waits until the fence opens again).",
 		ConstLabels: prometheus.Labels{"lease": lease},
 	}, func() float64 { return float64(f.Refused()) })
 }

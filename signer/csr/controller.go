@@ -77,9 +77,6 @@ type Options struct {
 	Fence pcr.Fence
 }
 
-// fenceWait is how soon a CSR is looked at again while the fence is shut.
-const fenceWait = 100 * time.Millisecond
-
 type queueKey struct{ signer, name string }
 
 // Controller signs CertificateSigningRequests. Build it with New, run it
@@ -96,6 +93,9 @@ type Controller struct {
 	informers *workers.Informers
 	// loud spaces the loud retry lines per signer name.
 	loud workers.Loud
+	// parked are the CSRs that met a shut fence, handed back to the
+	// queue when it opens.
+	parked workers.Parked[queueKey]
 
 	mu      sync.Mutex
 	records map[types.UID]*reqRecord
@@ -222,6 +222,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	warm := c.informers.Started() && c.opts.Fence != nil
 	if err := c.Start(ctx); err != nil {
 		return err
+	}
+	if c.opts.Fence != nil {
+		go c.parked.Release(ctx, c.opts.Fence.Open, c.queue.Add)
 	}
 	logger.Info("Waiting for CSR caches", "signers", len(c.signers), "warm", warm)
 	workers.RunSynced(ctx, c.informers.Synced(), func() {
@@ -371,7 +374,8 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		// Lease: every call below ends at the fence.
 		fctx, cancelFence, err := c.opts.Fence.Bound(ctx)
 		if err != nil {
-			return fenceWait, nil
+			c.parked.Park(key) // until the fence opens again
+			return 0, nil
 		}
 		defer cancelFence()
 		ctx = fctx
@@ -411,7 +415,8 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		}
 		cert, err = c.issue(ctx, s, csr, req, auth, gen)
 		if err != nil && errors.Is(context.Cause(ctx), kubeclient.ErrFenced) {
-			return fenceWait, nil
+			c.parked.Park(key) // until the fence opens again
+			return 0, nil
 		}
 		if err != nil {
 			if pcr.Classify(err) == pcr.Transient {

@@ -159,12 +159,9 @@ type Options struct {
 // Fence is what the controller needs of kubeclient.Fence.
 type Fence interface {
 	Bound(ctx context.Context) (context.Context, context.CancelFunc, error)
+	// Open reports whether the fence lets this replica act now.
+	Open() bool
 }
-
-// fenceWait is how soon a request is looked at again when the fence is
-// shut (the Lease not renewed in time): the next renewal reopens it, or
-// leadership is lost and the process exits.
-const fenceWait = 100 * time.Millisecond
 
 type queueKey struct {
 	signer          string
@@ -185,6 +182,10 @@ type Controller struct {
 	informers *workers.Informers
 	// loud spaces the loud retry lines per signer name.
 	loud workers.Loud
+	// parked are the requests that met a shut fence (the Lease not
+	// renewed in time): handed back to the queue when the next renewal
+	// opens it, rather than each looked at again and again.
+	parked workers.Parked[queueKey]
 }
 
 type signerState struct {
@@ -357,6 +358,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
+	if c.opts.Fence != nil {
+		go c.parked.Release(ctx, c.opts.Fence.Open, c.queue.Add)
+	}
 	logger.Info("Waiting for caches", "signers", len(c.signers), "version", c.api.version(), "warm", warm)
 	workers.RunSynced(ctx, c.informers.Synced(), func() {
 		if warm {
@@ -480,7 +484,8 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		// Lease: every call below ends at the fence.
 		fctx, cancelFence, err := c.opts.Fence.Bound(ctx)
 		if err != nil {
-			return fenceWait, nil
+			c.parked.Park(key) // until the fence opens again
+			return 0, nil
 		}
 		defer cancelFence()
 		ctx = fctx
@@ -548,7 +553,8 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		cert, err = c.issue(ctx, s, r, auth, gen)
 		if err != nil && errors.Is(context.Cause(ctx), kubeclient.ErrFenced) {
 			// Cut off at the fence: not the CA key's failure.
-			return fenceWait, nil
+			c.parked.Park(key) // until the fence opens again
+			return 0, nil
 		}
 		if errors.Is(err, issuer.ErrUnavailable) {
 			// The reservation was not recorded: nothing was signed.

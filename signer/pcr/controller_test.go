@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"github.com/keyward/keyward/internal/workers"
+	"github.com/keyward/keyward/kubeclient"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -338,4 +339,57 @@ func prepareInformer(c *Controller, name string) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformer(nil, &certv1.PodCertificateRequest{}, 0, cache.Indexers{})
 	c.informers = workers.Prepared(map[string]cache.SharedIndexInformer{name: inf})
 	return inf
+}
+
+// gateFence is a Fence that is open or shut on demand.
+type gateFence struct{ open atomic.Bool }
+
+func (f *gateFence) Bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if !f.open.Load() {
+		return ctx, func() {}, kubeclient.ErrFenced
+	}
+	return ctx, func() {}, nil
+}
+func (f *gateFence) Open() bool { return f.open.Load() }
+
+// A request that meets a shut fence is neither signed nor written nor
+// looked at again and again: it is parked, and handed back to the queue
+// once the fence opens.
+func TestAShutFenceParksTheRequestUntilItOpens(t *testing.T) {
+	s, counting := testSigner(t)
+	p := testPCR(t, s.Name)
+	client := fake.NewClientset(p)
+	c := unitController(t, client, s, p)
+	fence := &gateFence{}
+	c.opts.Fence = fence
+	key, _ := c.queue.Get() // the handler's add
+	c.queue.Done(key)
+
+	after, err := c.sync(context.Background(), key)
+	if err != nil || after != 0 {
+		t.Fatalf("sync at a shut fence = %s, %v; want 0, nil (parked)", after, err)
+	}
+	if c.parked.Len() != 1 || c.queue.Len() != 0 || counting.Signatures() != 0 || len(client.Actions()) != 0 {
+		t.Fatalf("parked %d, queued %d, signatures %d, API calls %d; want 1, 0, 0, 0",
+			c.parked.Len(), c.queue.Len(), counting.Signatures(), len(client.Actions()))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.parked.Release(ctx, fence.Open, c.queue.Add)
+	time.Sleep(5 * workers.ParkPoll)
+	if c.queue.Len() != 0 {
+		t.Fatal("released while the fence is shut")
+	}
+	fence.open.Store(true)
+	got, _ := c.queue.Get() // blocks until released
+	c.queue.Done(got)
+	if got != key {
+		t.Fatalf("released %v, want %v", got, key)
+	}
+	if _, err := c.sync(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	if counting.Signatures() != 1 {
+		t.Fatalf("signatures %d once open, want 1", counting.Signatures())
+	}
 }
