@@ -351,6 +351,10 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
 	defer cancel()
 	s := c.signers[key.signer]
+	// Asked before the read: the store only moves forward, so if it had
+	// caught up with the takeover's mark then, the object read shows every
+	// write up to it (asked after, a stale copy read first could pass).
+	fresh := c.informers.Get(key.signer).Fresh()
 	obj, exists, err := c.informers.Get(key.signer).GetIndexer().GetByKey(key.name)
 	if err != nil || !exists {
 		return 0, err
@@ -395,7 +399,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 		if err := stop.Err(); err != nil {
 			return 0, err
 		}
-		if !c.informers.Get(s.Policy.Name).Fresh() {
+		if !fresh {
 			// Just took over: one quorum read says whether the previous
 			// leader signed it already.
 			fresh, err := c.opts.Client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})

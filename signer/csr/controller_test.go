@@ -264,6 +264,7 @@ func TestAForbiddenWriteIsAMissingGrantOnlyWhenRBACSaysSo(t *testing.T) {
 		wantFailed  bool
 	}{
 		{"an admission webhook", apierrors.NewForbidden(gr, "webhook", errors.New(`admission webhook "policy.example.com" denied the request: certificates need approval by the security team`)), 0, true},
+		{"no sign grant", apierrors.NewForbidden(gr, "sign", errors.New(`user not permitted to sign requests with signerName "keyward.dev/unit"`)), 1, false},
 		{"RBAC", apierrors.NewForbidden(gr, "rbac", errors.New(`User "system:serviceaccount:keyward:keyward-signer" cannot update resource "certificatesigningrequests/status" in API group "certificates.k8s.io" at the cluster scope`)), 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,15 +95,21 @@ func (w writeResult) String() string {
 	return [...]string{"ok", "gone", "conflict", "notBeforeWindow", "noPermission", "alreadyTerminal", "rejected", "transient"}[w]
 }
 
-// classifyWrite reads kube-apiserver's answer to a status write.
 // IsMissingGrant reports whether err is kube-apiserver refusing an update
-// for lack of an RBAC grant ("User … cannot update resource …"). An
-// admission webhook or policy that denies the write answers 403 too, and
-// that is a refusal of that one status, not a missing grant.
+// for lack of a grant: RBAC's "User … cannot update resource …", or the
+// CertificateSigning admission's "user not permitted to sign requests with
+// signerName …" (no `sign` on the signer name). An admission webhook or
+// policy that denies the write answers 403 too, and that is a refusal of
+// that one status, not a missing grant.
 func IsMissingGrant(err error) bool {
-	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), " cannot update resource ")
+	if !apierrors.IsForbidden(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, " cannot update resource ") || strings.Contains(msg, "not permitted to sign")
 }
 
+// classifyWrite reads kube-apiserver's answer to a status write.
 func classifyWrite(err error) writeResult {
 	switch {
 	case err == nil:

@@ -453,6 +453,10 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SignTimeout+finishTimeout)
 	defer cancel()
 	s := c.signers[key.signer]
+	// Asked before the read: the store only moves forward, so if it had
+	// caught up with the takeover's mark then, the object read shows every
+	// write up to it (asked after, a stale copy read first could pass).
+	fresh := c.informers.Get(key.signer).Fresh()
 	obj, exists, err := c.informers.Get(key.signer).GetIndexer().GetByKey(key.namespace + "/" + key.name)
 	if err != nil || !exists {
 		return 0, err
@@ -511,7 +515,7 @@ func (c *Controller) sync(ctx context.Context, key queueKey) (time.Duration, err
 
 	cert := rec.cert
 	if cert == nil {
-		if !c.informers.Get(s.Name).Fresh() {
+		if !fresh {
 			// Just took over, and the cache may not show yet what the
 			// previous leader wrote: one quorum read says whether the
 			// request is still to be decided (before a rate-limit token
